@@ -1,0 +1,30 @@
+"""Group-relative advantages.
+
+GRPO:    A_i = (r_i − mean_g(r)) / (std_g(r) + eps)      (std with Bessel's correction off)
+Dr.GRPO: A_i =  r_i − mean_g(r)
+
+The same advantage applies to every token of completion i.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, kind: str = "grpo", eps: float = 1e-6) -> torch.Tensor:
+    """rewards [B, G] -> advantages [B, G]."""
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [B, G], got shape {tuple(rewards.shape)}")
+    mean = rewards.mean(dim=1, keepdim=True)                     # [B, 1]
+    centred = rewards - mean                                     # [B, G]
+    if kind == "drgrpo":
+        return centred
+    if kind == "grpo":
+        std = rewards.std(dim=1, keepdim=True, unbiased=False)   # [B, 1]
+        return centred / (std + eps)
+    raise ValueError(f"unknown advantage kind {kind!r}; use 'grpo' or 'drgrpo'")
+
+
+def zero_spread_fraction(rewards: torch.Tensor) -> float:
+    """Fraction of groups whose rewards are all equal (they carry no GRPO signal)."""
+    spread = rewards.max(dim=1).values - rewards.min(dim=1).values   # [B]
+    return float((spread == 0).float().mean())

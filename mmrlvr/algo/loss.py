@@ -1,0 +1,90 @@
+"""The clipped surrogate, its aggregation over tokens, and KL estimators.
+
+Per token t of completion i, with ratio ρ = exp(logp_new − logp_old):
+    L_it = −min(ρ·A_i, clip(ρ, 1−ε_low, 1+ε_high)·A_i) + β·KL_it
+Aggregation over the mask M (completion tokens):
+    token:        Σ_it L_it·M_it / Σ_it M_it
+    seq:          mean_i( Σ_t L_it·M_it / Σ_t M_it )
+    seq-sum-norm: Σ_it L_it·M_it / (N_seq · norm_len)       (Dr.GRPO: a constant normaliser)
+"""
+from __future__ import annotations
+
+import torch
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Per-token KL(π‖π_ref) estimate from samples of π. [N, T] -> [N, T].
+
+    k1 = logp − ref_logp;  k3 = exp(ref_logp − logp) − (ref_logp − logp) − 1  (≥ 0, unbiased).
+    """
+    if kind == "k1":
+        return logp - ref_logp
+    if kind == "k3":
+        diff = ref_logp - logp
+        return torch.exp(diff) - diff - 1.0
+    raise ValueError(f"unknown KL estimator {kind!r}; use 'k1' or 'k3'")
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str = "token",
+              norm_len: int | None = None, total_tokens: float | None = None,
+              total_seqs: int | None = None) -> torch.Tensor:
+    """Reduce per-token values [N, T] over the completion mask [N, T] to a scalar.
+
+    `total_tokens`/`total_seqs` are the counts over the whole batch when [N, T] is one
+    micro-batch of it: the micro-batch results then add up to the whole-batch value exactly.
+    """
+    mask = mask.to(values.dtype)
+    n_seqs = total_seqs if total_seqs is not None else values.shape[0]
+    if mode == "token":
+        n_tokens = total_tokens if total_tokens is not None else mask.sum().clamp(min=1.0)
+        return (values * mask).sum() / n_tokens
+    if mode == "seq":
+        per_seq = (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)   # [N]
+        return per_seq.sum() / n_seqs
+    if mode == "seq-sum-norm":
+        if not norm_len:
+            raise ValueError("loss_agg 'seq-sum-norm' needs norm_len (the token budget)")
+        return (values * mask).sum() / (n_seqs * norm_len)
+    raise ValueError(f"unknown loss aggregation {mode!r}; use 'token', 'seq' or 'seq-sum-norm'")
+
+
+def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                      clip_low: float = 0.2, clip_high: float = 0.28
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO loss (to minimise) and a clipped-token indicator.
+
+    logp, old_logp: [N, T]; advantages: [N] (broadcast over tokens). Returns ([N, T], [N, T]).
+    """
+    adv = advantages.unsqueeze(1)                                  # [N, 1]
+    ratio = torch.exp(logp - old_logp)                             # [N, T]
+    unclipped = ratio * adv                                        # [N, T]
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    loss = -torch.minimum(unclipped, clipped)                      # [N, T]
+    was_clipped = (clipped < unclipped).to(logp.dtype)             # [N, T] the clip bound was active
+    return loss, was_clipped
+
+
+def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+              mask: torch.Tensor, *, clip_low: float = 0.2, clip_high: float = 0.28,
+              loss_agg: str = "token", norm_len: int | None = None, beta: float = 0.0,
+              ref_logp: torch.Tensor | None = None, kl_estimator: str = "k3",
+              total_tokens: float | None = None, total_seqs: int | None = None
+              ) -> tuple[torch.Tensor, dict[str, float]]:
+    """GRPO loss over one micro-batch and its diagnostics (clip fraction, KL).
+
+    logp/old_logp/ref_logp/mask: [N, T]; advantages: [N]. With `total_tokens`/`total_seqs`
+    of the whole batch, micro-batch losses sum to the whole-batch loss (gradient accumulation).
+    """
+    per_token, was_clipped = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    stats: dict[str, float] = {}
+    if beta > 0:
+        if ref_logp is None:
+            raise ValueError("beta > 0 needs reference logprobs")
+        kl = kl_estimate(logp, ref_logp, kl_estimator)            # [N, T]
+        per_token = per_token + beta * kl
+        stats["kl"] = float(aggregate(kl.detach(), mask, "token"))
+    loss = aggregate(per_token, mask, loss_agg, norm_len, total_tokens, total_seqs)
+    with torch.no_grad():
+        stats["clip_frac"] = float(aggregate(was_clipped, mask, "token"))
+        stats["approx_kl_old"] = float(aggregate(kl_estimate(logp, old_logp, "k3"), mask, "token"))
+    return loss, stats

@@ -1,0 +1,92 @@
+"""Checkpoints that survive `kill -9`: written to a temp dir, renamed into place, marked complete.
+
+`checkpoints/step-N/` holds an HF-loadable model dir plus `trainer_state.pt` (optimizer,
+scheduler, RNG states, data cursor, step). A dir without the `COMPLETE` marker — a save cut
+short — is never picked up and is removed on resume.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+MARKER = "COMPLETE"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(run_dir: Path, step: int, policy, trainer_state: dict[str, Any],
+                    keep: int = 2) -> Path:
+    """Write checkpoints/step-N atomically; keep the newest `keep` complete ones."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step}"
+    tmp = root / f".tmp-step-{step}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.save(tmp)
+    torch.save(trainer_state, tmp / "trainer_state.pt")
+    (tmp / MARKER).write_text(f"step {step}\n")
+    _fsync_dir(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    for old in complete_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    for f in path.iterdir() if path.is_dir() else []:
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    found = []
+    for d in root.iterdir() if root.is_dir() else []:
+        m = _STEP_DIR.match(d.name)
+        if m and (d / MARKER).is_file() and (d / "trainer_state.pt").is_file():
+            found.append((int(m.group(1)), d))
+    return [d for _, d in sorted(found)]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint; removes half-written leftovers."""
+    root = Path(run_dir) / "checkpoints"
+    for d in root.glob(".tmp-step-*") if root.is_dir() else []:
+        shutil.rmtree(d, ignore_errors=True)
+    done = complete_checkpoints(run_dir)
+    return done[-1] if done else None
+
+
+def load_trainer_state(ckpt: Path) -> dict[str, Any]:
+    return torch.load(Path(ckpt) / "trainer_state.pt", map_location="cpu", weights_only=False)

@@ -1,0 +1,191 @@
+"""The `mmrlvr` command: one entry point, a subcommand per job, `--help` on each."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EPILOG_TRAIN = """examples:
+  mmrlvr train configs/quickstart.yaml
+  mmrlvr train configs/quickstart.yaml train.steps=50 optim.lr=3e-5 rollout.group_size=16
+  mmrlvr train --resume runs/quickstart train.steps=400
+  mmrlvr train --help-config          # every config key with its default and meaning
+"""
+
+
+def _config_help() -> str:
+    from mmrlvr.config import describe
+
+    rows = describe()
+    width = max(len(k) for k, _, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {doc}  [default: {d}]" for k, d, doc in rows)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from mmrlvr.config import load_config
+    from mmrlvr.trainer import train
+
+    if args.help_config:
+        print(_config_help())
+        return 0
+    if args.resume:
+        run_dir = Path(args.resume)
+        overrides = ([args.config] if args.config else []) + args.overrides
+        cfg = load_config(run_dir / "config.yaml", overrides + [f"train.out_dir={run_dir}"])
+    else:
+        if not args.config:
+            print("mmrlvr train: give a CONFIG.yaml (or --resume RUN_DIR)", file=sys.stderr)
+            return 2
+        cfg = load_config(args.config, args.overrides)
+    summary = train(cfg, resume=bool(args.resume))
+    if summary:
+        print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from mmrlvr.config import load_config
+    from mmrlvr.sft import sft
+
+    cfg = load_config(args.config, args.overrides)
+    print(json.dumps(sft(cfg), indent=2))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import modalities
+    from mmrlvr.config import ModelConfig
+    from mmrlvr.data import load_dataset
+    from mmrlvr.evaluate import evaluate
+    from mmrlvr.policy import Policy, pick_device
+    from mmrlvr.rollout import make_engine
+
+    mcfg = ModelConfig(path=args.model, modality=args.modality, min_pixels=args.min_pixels,
+                       max_pixels=args.max_pixels)
+    adapter = modalities.get(mcfg.modality, min_pixels=mcfg.min_pixels, max_pixels=mcfg.max_pixels)
+    policy = Policy.load(mcfg, adapter, pick_device(args.device))
+    data = load_dataset(args.data, on_error=args.on_error)
+    if args.limit:
+        data = data[:args.limit]
+    result = evaluate(policy, make_engine("hf", policy), data, max_new_tokens=args.max_new_tokens,
+                      batch_size=args.batch_size, samples=args.samples, temperature=args.temperature,
+                      system_prompt=args.system_prompt, format_prompt=args.format_prompt,
+                      progress=True, keep_predictions=bool(args.out))
+    preds = result.pop("predictions", None)
+    width = max(len(k) for k in result)
+    print(f"{'metric':<{width}}  value")
+    for k, v in result.items():
+        print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"metrics": result, "predictions": preds}, indent=2) + "\n")
+        print(f"wrote {out}")
+    return 0
+
+
+def cmd_tiny(args: argparse.Namespace) -> int:
+    from mmrlvr.tiny import build_tiny
+
+    extra = []
+    for path in args.corpus or []:
+        from mmrlvr.data import load_jsonl
+        for ex in load_jsonl(path):
+            extra.append(f"{ex.prompt} <think>{ex.reasoning or ''}</think><answer>{ex.answer}</answer>")
+    out = build_tiny(args.kind, args.out, hidden_size=args.hidden_size, num_layers=args.layers,
+                     vocab_target=args.vocab, extra_corpus=extra or None, seed=args.seed)
+    print(f"tiny {args.kind} model written to {out}")
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    if args.task == "shapes":
+        from modalities.shapes import make_shapes
+
+        families = args.families.split(",") if args.families else None
+        info = make_shapes(args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed,
+                           image_size=args.image_size, families=families)
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"unknown data task {args.task!r}", file=sys.stderr)
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mmrlvr", description="GRPO-style RL from verifiable rewards "
+                                "for vision- and audio-language models (GPU or laptop CPU).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="GRPO run from a YAML config", epilog=EPILOG_TRAIN,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("config", nargs="?", help="run config (YAML)")
+    t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=1e-5")
+    t.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue RUN_DIR from its last complete checkpoint")
+    t.add_argument("--help-config", action="store_true", help="list every config key and exit")
+    t.set_defaults(fn=cmd_train)
+
+    s = sub.add_parser("sft", help="supervised warm start on the same data format")
+    s.add_argument("config", help="run config (YAML); the `sft` section sets steps, lr, out_dir")
+    s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sft.steps=100")
+    s.set_defaults(fn=cmd_sft)
+
+    e = sub.add_parser("eval", help="accuracy, pass@k, format rate of a model on a dataset")
+    e.add_argument("--model", required=True, help="model dir (or hub id) the adapters load")
+    e.add_argument("--data", required=True, help="JSONL file (or layout:file.parquet)")
+    e.add_argument("--modality", default="vision", help="adapter name [vision]")
+    e.add_argument("--limit", type=int, default=0, help="evaluate the first N rows only")
+    e.add_argument("--max-new-tokens", type=int, default=64)
+    e.add_argument("--samples", type=int, default=0, help="k sampled completions for pass@k")
+    e.add_argument("--temperature", type=float, default=1.0, help="for pass@k sampling")
+    e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--min-pixels", type=int, default=56 * 56)
+    e.add_argument("--max-pixels", type=int, default=112 * 112)
+    e.add_argument("--system-prompt", default="")
+    e.add_argument("--format-prompt", default="")
+    e.add_argument("--on-error", default="raise", choices=["raise", "skip"])
+    e.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    e.add_argument("--out", help="write metrics and every prediction to this JSON file")
+    e.set_defaults(fn=cmd_eval)
+
+    k = sub.add_parser("tiny", help="a tiny random-weight model of a real architecture")
+    k.add_argument("kind", choices=["qwen2-vl", "qwen2.5-vl"])
+    k.add_argument("--out", required=True, help="output model dir")
+    k.add_argument("--hidden-size", type=int, default=128)
+    k.add_argument("--layers", type=int, default=4)
+    k.add_argument("--vocab", type=int, default=600, help="tokenizer size to train")
+    k.add_argument("--corpus", nargs="*", help="JSONL datasets whose text the tokenizer learns too")
+    k.add_argument("--seed", type=int, default=0)
+    k.set_defaults(fn=cmd_tiny)
+
+    d = sub.add_parser("data", help="synthetic datasets with verifiable answers")
+    d.add_argument("task", choices=["shapes"])
+    d.add_argument("--out", required=True, help="output dir (train.jsonl, test.jsonl, images/)")
+    d.add_argument("--n-train", type=int, default=2000)
+    d.add_argument("--n-test", type=int, default=200)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--image-size", type=int, default=112)
+    d.add_argument("--families", help="comma-separated task families (default: all)")
+    d.set_defaults(fn=cmd_data)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-shard load/save bars drown the run's own progress
+    from mmrlvr.config import ConfigError
+    from mmrlvr.data import DataError
+    from mmrlvr.policy import PolicyError
+
+    try:
+        return args.fn(args)
+    except (ConfigError, DataError, PolicyError, FileNotFoundError) as err:
+        print(f"mmrlvr {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""Run configuration: YAML onto typed dataclasses, dotted overrides, loud unknown keys.
+
+Every field carries a one-line docstring (shown by `mmrlvr train --help-config`). Defaults are
+the values METHODS.md gives. Unknown keys are errors that name the key and the nearest known one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config file or override that cannot be used; the message names the key."""
+
+
+@dataclass
+class LoraConfig:
+    r: int = 0
+    """LoRA rank; 0 trains the full model."""
+    alpha: int = 16
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float = 0.0
+    """Dropout on the LoRA branch."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Module names (in the language model) that get LoRA adapters."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""
+    """Local model dir or hub id (anything AutoProcessor and the model's auto class load)."""
+    modality: str = "vision"
+    """Modality adapter name (`modalities.get`)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA through peft; `r: 0` disables it."""
+    dtype: str = "auto"
+    """`auto` (bf16 on CUDA, fp32 on CPU), `float32` or `bfloat16`."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    freeze_vision: bool = False
+    """Keep the vision tower's weights fixed."""
+    min_pixels: int = 56 * 56
+    """Smallest image area after resizing (qwen-vl-utils `min_pixels`)."""
+    max_pixels: int = 112 * 112
+    """Largest image area after resizing (qwen-vl-utils `max_pixels`)."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel: `sdpa`, `eager` or `flash_attention_2` (GPU)."""
+
+
+@dataclass
+class DataConfig:
+    train: str = ""
+    """Training set: a JSONL file, or `layout:file.parquet` (e.g. `geo3k:train.parquet`)."""
+    eval: str = ""
+    """Held-out set in the same forms; empty skips eval."""
+    on_error: str = "raise"
+    """Bad rows: `raise` stops with the file and row, `skip` drops and counts them."""
+    eval_limit: int = 0
+    """Evaluate on at most this many held-out rows (0 = all)."""
+    system_prompt: str = ""
+    """System message prepended to every prompt (empty: none)."""
+    format_prompt: str = ""
+    """Instruction appended to each question, e.g. asking for <think>/<answer> tags."""
+
+
+@dataclass
+class RolloutConfig:
+    backend: str = "hf"
+    """`hf` (transformers generate, CPU/GPU) or `vllm` (GPU, optional extra)."""
+    group_size: int = 8
+    """Completions sampled per prompt (G)."""
+    max_new_tokens: int = 64
+    """Longest completion."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    branching: dict[str, Any] = field(default_factory=lambda: {"kind": "none"})
+    """Rollout branching (NC-GRPO latent noise); `kind: none` is plain GRPO."""
+    vllm_gpu_memory_utilization: float = 0.5
+    """vLLM backend: fraction of GPU memory for its KV cache."""
+
+
+@dataclass
+class AlgoConfig:
+    advantage: str = "grpo"
+    """`grpo` ((r-mean)/(std+eps)) or `drgrpo` (r-mean, no std)."""
+    loss_agg: str = "token"
+    """`token` (mean over all tokens), `seq` (mean of per-sequence means), `seq-sum-norm` (Dr.GRPO)."""
+    beta: float = 0.0
+    """KL coefficient to a frozen reference; 0 loads no reference."""
+    kl_estimator: str = "k3"
+    """`k1` or `k3` (Schulman's unbiased, non-negative estimator)."""
+    clip_low: float = 0.2
+    """Lower PPO clip epsilon."""
+    clip_high: float = 0.28
+    """Upper PPO clip epsilon (DAPO clip-higher)."""
+    ppo_epochs: int = 1
+    """Optimisation passes over each batch of rollouts."""
+    eps: float = 1e-6
+    """Added to the group std in the GRPO advantage."""
+    norm_len: int = 0
+    """Token budget for `seq-sum-norm` (0 = rollout.max_new_tokens)."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    """Peak learning rate (AdamW)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+    schedule: str = "cosine"
+    """`cosine` decay to `min_lr_ratio`·lr after warm-up, or `constant`."""
+    min_lr_ratio: float = 0.1
+    """Floor of the cosine schedule as a fraction of lr."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 = off)."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 100
+    """GRPO steps (each: rollouts for `batch_prompts` prompts, then the update)."""
+    batch_prompts: int = 8
+    """Prompts per step (B); each gets `rollout.group_size` completions."""
+    micro_batch: int = 16
+    """Sequences per forward/backward; gradients accumulate over micro-batches."""
+    eval_every: int = 0
+    """Evaluate every N steps (0: only at start and end, where eval data is set)."""
+    save_every: int = 0
+    """Checkpoint every N steps (0: only at the end)."""
+    keep_checkpoints: int = 2
+    """How many recent checkpoints to keep."""
+    seed: int = 0
+    """Seed for data order, sampling and init."""
+    out_dir: str = "runs/default"
+    """The run dir: config, metrics, checkpoints, report."""
+    device: str = "auto"
+    """`auto` (CUDA when present, else CPU), `cpu` or `cuda`."""
+    eval_samples: int = 0
+    """Extra sampled completions per held-out prompt for pass@k (0 = greedy only)."""
+    eval_batch: int = 32
+    """Held-out prompts per generate call."""
+    threads: int = 0
+    """torch CPU threads (0 = torch's default)."""
+
+
+@dataclass
+class SFTConfig:
+    init: str = ""
+    """Model to start the warm start from (empty: `model.path`)."""
+    steps: int = 200
+    """Supervised steps."""
+    batch_size: int = 32
+    """Examples per step."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    warmup_steps: int = 10
+    """Linear warm-up steps."""
+    out_dir: str = "runs/sft"
+    """Where the warm-started model and its log go."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Datasets."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Sampling."""
+    rewards: list[dict[str, Any]] = field(default_factory=lambda: [
+        {"name": "accuracy", "weight": 0.9}, {"name": "format", "weight": 0.1}])
+    """Rewards as `{name, weight, ...options}`; `name` may be `path/file.py:function`."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """GRPO algorithm."""
+    objectives: list[dict[str, Any]] = field(default_factory=list)
+    """Auxiliary objectives as `{name, weight, ...options}` (empty: plain GRPO)."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimiser and schedule."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Loop, logging and checkpoints."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """Supervised warm start (`mmrlvr sft`)."""
+
+
+def _from_dict(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config key '{prefix.rstrip('.') or '<root>'}' must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if key not in names:
+            near = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean '{prefix}{near[0]}'?)" if near else ""
+            raise ConfigError(f"unknown config key '{dotted}'{hint}; known: {sorted(names)}")
+        kwargs[key] = _coerce(hints[key], value, dotted)
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, dotted: str) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return _from_dict(hint, value or {}, dotted + ".")
+    origin = typing.get_origin(hint)
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str):
+        try:  # YAML 1.1 reads `3e-3` (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
+    if hint in (int, float, str, bool) and type(value) is not hint:  # bool is an int subclass
+        raise ConfigError(f"config key '{dotted}' must be {hint.__name__}, got {value!r}")
+    if origin is list and not isinstance(value, list):
+        raise ConfigError(f"config key '{dotted}' must be a list, got {value!r}")
+    if origin is dict and not isinstance(value, dict):
+        raise ConfigError(f"config key '{dotted}' must be a mapping, got {value!r}")
+    return value
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def apply_override(raw: dict[str, Any], override: str) -> None:
+    """Apply `a.b.c=value` (value parsed as YAML) to a nested dict in place."""
+    if "=" not in override:
+        raise ConfigError(f"override {override!r} must look like key.sub=value")
+    key, _, text = override.partition("=")
+    value = yaml.safe_load(text) if text != "" else ""
+    parts = key.strip().split(".")
+    node = raw
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {override!r}: '{part}' is not a section")
+    node[parts[-1]] = value
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """Read a YAML config (or start from defaults), apply dotted overrides, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        raw = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: top level must be a mapping")
+    for ov in overrides:
+        apply_override(raw, ov)
+    cfg = _from_dict(Config, raw, "")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field checks that a typo in a value would otherwise turn into a late crash."""
+    choices = {
+        "algo.advantage": (cfg.algo.advantage, ("grpo", "drgrpo")),
+        "algo.loss_agg": (cfg.algo.loss_agg, ("token", "seq", "seq-sum-norm")),
+        "algo.kl_estimator": (cfg.algo.kl_estimator, ("k1", "k3")),
+        "rollout.backend": (cfg.rollout.backend, ("hf", "vllm")),
+        "optim.schedule": (cfg.optim.schedule, ("cosine", "constant")),
+        "data.on_error": (cfg.data.on_error, ("raise", "skip")),
+        "train.device": (cfg.train.device, ("auto", "cpu", "cuda")),
+        "model.dtype": (cfg.model.dtype, ("auto", "float32", "bfloat16")),
+    }
+    for key, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise ConfigError(f"config key '{key}' is {value!r}; choose one of {list(allowed)}")
+    if cfg.rollout.group_size < 2:
+        raise ConfigError("config key 'rollout.group_size' must be >= 2 (GRPO compares a group)")
+    for i, spec in enumerate(cfg.rewards):
+        if "name" not in spec:
+            raise ConfigError(f"config key 'rewards[{i}]' needs a 'name'")
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted key, default, docstring) for every field, read from the source docstrings."""
+    import ast
+    import inspect
+
+    docs: dict[str, str] = {}
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) \
+                and isinstance(getattr(nxt, "value", None), ast.Constant):
+            docs[node.target.id] = str(nxt.value.value)
+    rows = []
+    default = cls()
+    for f in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(hint):
+            rows.extend(describe(hint, f"{prefix}{f.name}."))
+        else:
+            rows.append((f"{prefix}{f.name}", repr(getattr(default, f.name)), docs.get(f.name, "")))
+    return rows

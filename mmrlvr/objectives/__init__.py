@@ -1,0 +1,53 @@
+"""Auxiliary objectives added to the GRPO loss (PIRL consistency, PWSD, recycling, ...).
+
+An objective is built from a config entry `{name, weight, ...options}` and called once per
+update with the step's context; it returns a scalar loss (already scaled for the batch) and
+stats to log. With no objectives configured the update is plain GRPO.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+_OBJECTIVES: dict[str, str] = {}
+
+
+@dataclass
+class StepContext:
+    """What an objective may read: the policy, this step's rollouts, scores and advantages."""
+
+    policy: Any
+    rollouts: Any
+    scores: list[list[dict[str, float]]]   # [B][G]
+    advantages: torch.Tensor               # [B*G]
+    step: int
+    total_steps: int
+    run_dir: Any = None
+
+
+class Objective(Protocol):
+    name: str
+
+    def loss(self, ctx: StepContext) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """A scalar to add to the loss (None: nothing this step) and stats to log."""
+
+
+def register(name: str, target: str) -> None:
+    """Make `build(name)` construct the class at `module:Class`."""
+    _OBJECTIVES[name] = target
+
+
+def build(specs: list[dict[str, Any]]) -> list[tuple[float, Objective]]:
+    out = []
+    for spec in specs:
+        spec = dict(spec)
+        name = spec.pop("name")
+        weight = float(spec.pop("weight", 1.0))
+        if name not in _OBJECTIVES:
+            raise KeyError(f"unknown objective {name!r}; known: {sorted(_OBJECTIVES)}")
+        module, _, cls = _OBJECTIVES[name].partition(":")
+        out.append((weight, getattr(importlib.import_module(module), cls)(**spec)))
+    return out

@@ -1,0 +1,16 @@
+"""Rollout engines: `hf` (transformers generate, CPU and GPU) and `vllm` (GPU, optional)."""
+from mmrlvr.rollout.base import RolloutEngine, SamplingParams
+
+
+def make_engine(backend: str, policy, branching: dict | None = None) -> RolloutEngine:
+    """Build the rollout engine named in `rollout.backend` for this policy."""
+    if backend == "hf":
+        from mmrlvr.rollout.hf import HFRolloutEngine
+        return HFRolloutEngine(policy, branching)
+    if backend == "vllm":
+        from mmrlvr.rollout.vllm import VLLMRolloutEngine  # imports vllm: GPU-only extra
+        return VLLMRolloutEngine(policy, branching)
+    raise ValueError(f"unknown rollout backend {backend!r}; use 'hf' or 'vllm'")
+
+
+__all__ = ["RolloutEngine", "SamplingParams", "make_engine"]

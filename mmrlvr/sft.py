@@ -1,0 +1,124 @@
+"""Supervised warm start: teacher-forced cross-entropy on `<think>reasoning</think><answer>…</answer>`.
+
+Uses the same adapter, prompts and logprob code as GRPO, so what SFT teaches is exactly what
+the RL phase samples from. The loss covers completion tokens only (never the prompt or media).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import modalities
+from mmrlvr.config import Config, save_config
+from mmrlvr.data import DataError, Example, LoadReport, load_dataset
+from mmrlvr.evaluate import evaluate
+from mmrlvr.logger import RunLogger
+from mmrlvr.policy import Policy, pick_device
+from mmrlvr.rollout import make_engine
+from mmrlvr.sampler import PromptSampler
+from mmrlvr.trainer import seed_everything, warmup_cosine
+from modalities.base import select
+
+
+def sft_target(ex: Example) -> str:
+    """The supervised completion for one example (think + answer, the format reward's shape)."""
+    if not ex.reasoning:
+        raise DataError(f"sample {ex.id}: SFT needs a 'reasoning' field (the <think> part)")
+    return f"<think>{ex.reasoning}</think><answer>{ex.answer}</answer>"
+
+
+def encode_targets(tokenizer, texts: list[str], eos_id: int, pad_id: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded target ids [N, C] (each ending in EOS) and their mask [N, C]."""
+    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] + [eos_id] for t in texts]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        mask[i, :len(r)] = 1
+    return ids, mask
+
+
+def sft(cfg: Config, progress: bool = True) -> dict[str, Any]:
+    """Train `cfg.model.path` on the reference completions of `cfg.data.train`."""
+    from tqdm.auto import tqdm
+
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    seed_everything(cfg.train.seed)
+    out_dir = Path(cfg.sft.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out_dir / "config.yaml")
+    device = pick_device(cfg.train.device)
+    adapter = modalities.get(cfg.model.modality, min_pixels=cfg.model.min_pixels,
+                             max_pixels=cfg.model.max_pixels)
+    report = LoadReport()
+    data = load_dataset(cfg.data.train, on_error=cfg.data.on_error, report=report)
+    for ex in data:
+        sft_target(ex)
+    eval_data = load_dataset(cfg.data.eval, on_error=cfg.data.on_error) if cfg.data.eval else []
+    if cfg.data.eval_limit:
+        eval_data = eval_data[:cfg.data.eval_limit]
+    policy = Policy.load(cfg.model, adapter, device, path=cfg.sft.init or None)
+    engine = make_engine("hf", policy)
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.sft.lr,
+                            weight_decay=cfg.optim.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, warmup_cosine(cfg.sft.warmup_steps, cfg.sft.steps, cfg.optim.min_lr_ratio))
+    logger = RunLogger(out_dir)
+    sampler = PromptSampler(len(data), cfg.train.seed)
+
+    def run_eval() -> dict[str, float]:
+        res = evaluate(policy, engine, eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
+                       batch_size=cfg.train.eval_batch, system_prompt=cfg.data.system_prompt,
+                       format_prompt=cfg.data.format_prompt)
+        return {f"eval/{k}": v for k, v in res.items()}
+
+    summary: dict[str, Any] = {"steps": cfg.sft.steps, "model": cfg.sft.init or cfg.model.path, "train_rows": len(data)}
+    if eval_data:
+        first = run_eval()
+        logger.log(0, first)
+        summary["accuracy_start"] = first["eval/accuracy"]
+    eos = policy.eos_ids[0]
+    bar = tqdm(range(1, cfg.sft.steps + 1), desc="sft", disable=not progress)
+    t_start = time.perf_counter()
+    for step in bar:
+        batch = [data[i] for i in sampler.next(cfg.sft.batch_size)]
+        prompts = adapter.encode(batch, policy.processor, system_prompt=cfg.data.system_prompt,
+                                 format_prompt=cfg.data.format_prompt)
+        ids, mask = encode_targets(policy.tokenizer, [sft_target(ex) for ex in batch], eos, policy.pad_id)
+        total_tokens = float(mask.sum())
+        opt.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        mb = cfg.train.micro_batch
+        for start in range(0, len(batch), mb):
+            rows = list(range(start, min(start + mb, len(batch))))
+            inputs, _ = select(prompts, rows)
+            logp, _ = policy.completion_logprobs(inputs, ids[rows], mask[rows])
+            m = mask[rows].to(logp.device).float()
+            loss = -(logp * m).sum() / total_tokens                             # token-mean NLL
+            loss.backward()
+            loss_sum += float(loss.detach())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(),
+                                                         cfg.optim.max_grad_norm or float("inf")))
+        opt.step()
+        sched.step()
+        metrics = {"sft/loss": loss_sum, "optim/grad_norm": grad_norm, "optim/lr": sched.get_last_lr()[0]}
+        if step == cfg.sft.steps and eval_data:
+            metrics.update(run_eval())
+        logger.log(step, metrics)
+        bar.set_postfix(loss=f"{loss_sum:.3f}")
+    logger.close()
+    summary["seconds"] = time.perf_counter() - t_start
+    if eval_data:
+        summary["accuracy_end"] = metrics["eval/accuracy"]
+    policy.save(out_dir / "final")
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if report.skipped:
+        summary["skipped_rows"] = len(report.skipped)
+    return summary

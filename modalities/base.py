@@ -1,0 +1,105 @@
+"""What every modality adapter provides, and the sample-wise media slicing they share.
+
+An adapter turns Examples into chat messages and model inputs for one processor family,
+cuts media tensors per sample, and names the placeholder tokens that must never be sampled.
+A new model family is a new adapter file, not an `if` in the core.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mmrlvr.data import Example
+from mmrlvr.types import PromptBatch
+
+# Keys whose first dimension is the batch (one row per sample).
+TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
+
+
+class Adapter:
+    """Base class: subclasses set `name`, `media_keys` and implement `encode`."""
+
+    name = "base"
+    media_keys: tuple[str, ...] = ()
+    """Tensors indexed by media row (not by sample); sliced with `PromptBatch.media_rows`."""
+    placeholder_tokens: tuple[str, ...] = ()
+    """Token strings that stand for media; suppressed at sampling and scrubbed before recompute."""
+
+    def __init__(self, **options: Any):
+        self.options = options
+
+    def build_messages(self, example: Example, system_prompt: str = "",
+                       format_prompt: str = "") -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def encode(self, examples: list[Example], processor: Any, **options: Any) -> PromptBatch:
+        raise NotImplementedError
+
+    def placeholder_ids(self, tokenizer: Any) -> list[int]:
+        ids = []
+        for tok in self.placeholder_tokens:
+            tid = tokenizer.convert_tokens_to_ids(tok)
+            if tid is not None and tid != tokenizer.unk_token_id:
+                ids.append(int(tid))
+        return ids
+
+    def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
+                     ) -> torch.Tensor | None:
+        """Position ids for a training forward, or None to let the model derive them."""
+        return None
+
+    def training_inputs(self, inputs: dict[str, torch.Tensor], completion_ids: torch.Tensor,
+                        completion_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Model kwargs for prompt ++ completion ([N, P+C]); media tensors unchanged."""
+        out = dict(inputs)
+        out["input_ids"] = torch.cat([inputs["input_ids"], completion_ids], dim=1)
+        out["attention_mask"] = torch.cat(
+            [inputs["attention_mask"], completion_mask.to(inputs["attention_mask"].dtype)], dim=1)
+        if "mm_token_type_ids" in inputs:
+            zeros = torch.zeros_like(completion_ids, dtype=inputs["mm_token_type_ids"].dtype)
+            out["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], zeros], dim=1)
+        return out
+
+
+def select(batch: PromptBatch, index: list[int]) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """Inputs for samples `index` (repeats allowed), media cut per sample by its own rows."""
+    idx = torch.tensor(index, dtype=torch.long)
+    media_keys = {k for r in batch.media_rows for k in r}
+    out: dict[str, torch.Tensor] = {}
+    for key, value in batch.inputs.items():
+        if key not in media_keys:
+            out[key] = value.index_select(0, idx.to(value.device)) if torch.is_tensor(value) else value
+    pieces: dict[str, list[torch.Tensor]] = {k: [] for k in media_keys}
+    offsets = dict.fromkeys(media_keys, 0)
+    rows = []
+    for i in index:
+        new = {}
+        for key, (start, stop) in batch.media_rows[i].items():
+            pieces[key].append(batch.inputs[key][start:stop])
+            new[key] = (offsets[key], offsets[key] + stop - start)
+            offsets[key] += stop - start
+        rows.append(new)
+    for key, parts in pieces.items():
+        if parts:
+            out[key] = torch.cat(parts, dim=0)
+    return out, rows
+
+
+def subset(batch: PromptBatch, index: list[int]) -> PromptBatch:
+    """A PromptBatch of samples `index` (repeats allowed), e.g. each prompt G times."""
+    inputs, rows = select(batch, index)
+    texts = [batch.prompt_texts[i] for i in index] if batch.prompt_texts else []
+    return PromptBatch([batch.examples[i] for i in index], inputs, rows, texts)
+
+
+def to_device(inputs: dict[str, Any], device: torch.device | str,
+              float_dtype: torch.dtype | None = None) -> dict[str, Any]:
+    out = {}
+    for k, v in inputs.items():
+        if torch.is_tensor(v):
+            v = v.to(device)
+            if float_dtype is not None and v.is_floating_point():
+                v = v.to(float_dtype)
+        out[k] = v
+    return out

@@ -1,0 +1,180 @@
+"""Rollout recycling: instances from scored groups, their tensors, the loss on the tiny
+Qwen2.5-VL, and the run-dir file that traces every instance back to its rollouts."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mmrlvr import objectives
+from mmrlvr.data import load_jsonl
+from mmrlvr.objectives import StepContext
+from mmrlvr.objectives.recycling import Recycling, build_instances, collate, is_correct
+from mmrlvr.rollout import SamplingParams, make_engine
+from modalities.base import select
+
+BRIDGE = "Wait, let me check again."
+
+
+def _scores(flags):
+    return [[{"overall": float(f), "accuracy": float(f)} for f in group] for group in flags]
+
+
+# ----------------------------------------------------------------------------- instances
+
+def test_mixed_groups_give_pairs_and_self_corrections_round_robin():
+    texts = ["w0", "c0", "w1", "c1",        # group 0: two correct, two wrong
+             "a", "b", "c", "d",            # group 1: all correct, nothing to compare
+             "x", "x", "ok", "y",           # group 2: the wrong "x" twice, kept once
+             "w0", "c0", "w1", "c1"]        # group 3: group 0 again (same example id)
+    flags = [[0, 1, 0, 1], [1, 1, 1, 1], [0, 0, 1, 0], [0, 1, 0, 1]]
+    ids = ["e0", "e1", "e2", "e0"]
+    got, stats = build_instances(texts, _scores(flags), 4, ids, bridge=BRIDGE)
+    assert [(i.kind, i.group, i.rows) for i in got] == [
+        ("pair", 0, {"chosen": 1, "rejected": 0}),
+        ("pair", 2, {"chosen": 10, "rejected": 8}),
+        ("self_correction", 0, {"wrong": 0, "correct": 1}),
+        ("self_correction", 2, {"wrong": 8, "correct": 10}),
+        ("pair", 0, {"chosen": 3, "rejected": 2}),
+        ("self_correction", 0, {"wrong": 2, "correct": 3}),
+    ]
+    assert got[2].context == f"w0\n{BRIDGE}\n" and got[0].context == ""
+    assert [i.example_id for i in got] == ["e0", "e2", "e0", "e2", "e0", "e0"]
+    assert all(i.target_row == (i.rows.get("chosen", i.rows.get("correct"))) for i in got)
+    assert stats == {"instances": 6.0, "pairs": 3.0, "self_corrections": 3.0,
+                     "mixed_groups": 0.75, "duplicates": 4.0, "capped": 0.0}
+
+    capped, stats = build_instances(texts, _scores(flags), 4, ids, max_per_step=3,
+                                    self_correction=False)
+    assert [i.rows["chosen"] for i in capped] == [1, 10, 3]
+    assert (stats["pairs"], stats["self_corrections"], stats["capped"]) == (3.0, 0.0, 0.0)
+    capped, stats = build_instances(texts, _scores(flags), 4, ids, max_per_step=2)
+    assert [i.kind for i in capped] == ["pair", "pair"] and stats["capped"] == 4.0
+
+
+def test_correct_is_the_named_component_else_the_overall_reward():
+    assert is_correct({"overall": 0.1, "accuracy": 1.0}, "accuracy", 0.5)
+    assert not is_correct({"overall": 0.9, "accuracy": 0.0}, "accuracy", 0.5)
+    assert is_correct({"overall": 1.2}, "accuracy", 1.0)          # no accuracy component
+    assert not is_correct({"overall": 0.45, "struct_steps": 0.45}, "struct_steps", 1.0)
+
+
+def test_collate_attends_to_the_context_but_supervises_the_target_only():
+    ids, attention, loss_mask = collate([[7, 8], []], [[1, 2, 3], [4]], pad_id=0)
+    assert ids.tolist() == [[7, 8, 1, 2, 3], [4, 0, 0, 0, 0]]
+    assert attention.tolist() == [[1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]
+    assert loss_mask.tolist() == [[0, 0, 1, 1, 1], [1, 0, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("options, message", [({"max_per_step": 0}, "max_per_step"),
+                                              ({"pairs": False, "self_correction": False}, "off")])
+def test_bad_options_are_clear_errors(options, message):
+    with pytest.raises(ValueError, match=message):
+        Recycling(**options)
+
+
+def test_registered_and_built_from_config():
+    [(weight, obj)] = objectives.build([{"name": "recycling", "weight": 0.2, "max_per_step": 2}])
+    assert weight == 0.2 and isinstance(obj, Recycling) and obj.options["max_per_step"] == 2
+
+
+# ----------------------------------------------------------------------------- on a real policy
+
+FLAGS = [[1, 0, 1, 0], [0, 0, 0, 0], [0, 1, 0, 0]]
+
+
+@pytest.fixture(scope="module")
+def rollouts(policy, shapes_dir):
+    examples = load_jsonl(shapes_dir / "train.jsonl")[:3]
+    prompts = policy.adapter.encode(examples, policy.processor)
+    torch.manual_seed(0)
+    out = make_engine("hf", policy).generate(prompts, SamplingParams(n=4, max_new_tokens=8))
+    assert len(set(out.texts)) == len(out.texts)   # distinct texts: instance counts are exact
+    return out
+
+
+def _ctx(policy, rollouts, step=3, run_dir=None, flags=FLAGS):
+    return StepContext(policy, rollouts, _scores(flags), torch.zeros(len(rollouts.texts)), step,
+                       5, run_dir)
+
+
+def _nll(policy, rollouts, row):
+    """Summed NLL and token count of one rollout, alone (no batching, no padding)."""
+    n = int(rollouts.completion_mask[row].sum())
+    inputs, _ = select(rollouts.prompts, [row // rollouts.group_size])
+    logp, _ = policy.completion_logprobs(inputs, rollouts.completion_ids[row:row + 1, :n],
+                                         rollouts.completion_mask[row:row + 1, :n])
+    return -logp.sum().item(), n
+
+
+def test_recycled_instances_are_well_formed_and_traceable(policy, rollouts, tmp_path):
+    obj = Recycling()
+    loss, stats = obj.loss(_ctx(policy, rollouts, run_dir=tmp_path))
+    assert loss.requires_grad and torch.isfinite(loss)
+    assert stats["instances"] == 6 and stats["pairs"] == stats["self_corrections"] == 3
+    assert stats["mixed_groups"] == pytest.approx(2 / 3) and stats["tokens"] > 0
+    lines = (tmp_path / "recycled.jsonl").read_text().splitlines()
+    rows = [json.loads(ln) for ln in lines]
+    assert len(rows) == 6 and len({r["key"] for r in rows}) == 6
+    G, texts = rollouts.group_size, rollouts.texts
+    for r in rows:
+        ex = rollouts.prompts.examples[r["group"]]
+        assert r["step"] == 3 and r["example_id"] == ex.id and r["prompt"] == ex.prompt
+        assert all(r["group"] * G <= row < (r["group"] + 1) * G for row in r["rows"].values())
+        assert r["target"] == texts[r["target_row"]] and FLAGS[r["group"]][r["target_row"] % G]
+        if r["kind"] == "pair":
+            assert r["rows"]["chosen"] == r["target_row"] and r["context"] == ""
+            assert r["rejected"] == texts[r["rows"]["rejected"]]
+            assert not FLAGS[r["group"]][r["rows"]["rejected"] % G]
+        else:
+            assert r["kind"] == "self_correction" and r["rows"]["correct"] == r["target_row"]
+            assert r["context"] == f"{texts[r['rows']['wrong']]}\n{BRIDGE}\n"
+            assert not FLAGS[r["group"]][r["rows"]["wrong"] % G]
+    # a second PPO epoch of the same step trains the same instances and writes nothing new
+    again, _ = obj.loss(_ctx(policy, rollouts, run_dir=tmp_path))
+    assert again.item() == pytest.approx(loss.item(), abs=1e-6)
+    assert (tmp_path / "recycled.jsonl").read_text().splitlines() == lines
+    loss.backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.trainable_parameters())
+    policy.model.zero_grad(set_to_none=True)
+
+
+def test_pair_loss_is_the_token_mean_nll_of_the_correct_rollouts(policy, rollouts):
+    loss, stats = Recycling(self_correction=False).loss(_ctx(policy, rollouts))
+    correct_rows = [0, 2, 9]              # group 0: rows 0 and 2 correct; group 2: row 9
+    parts = [_nll(policy, rollouts, r) for r in correct_rows]
+    assert stats["pairs"] == 3 and stats["tokens"] == sum(n for _, n in parts)
+    assert loss.item() == pytest.approx(sum(s for s, _ in parts) / stats["tokens"], rel=1e-5)
+
+
+def test_self_correction_supervises_the_correct_continuation_after_the_wrong_one(policy, rollouts):
+    obj = Recycling(pairs=False, max_per_step=1)
+    loss, stats = obj.loss(_ctx(policy, rollouts))
+    wrong, correct = 1, 0                 # group 0: rows 0 and 2 correct, 1 and 3 wrong
+    context = policy.tokenizer(f"{rollouts.texts[wrong]}\n{BRIDGE}\n",
+                               add_special_tokens=False)["input_ids"]
+    n = int(rollouts.completion_mask[correct].sum())
+    target = rollouts.completion_ids[correct, :n].tolist()
+    ids = torch.tensor([context + target])
+    inputs, _ = select(rollouts.prompts, [0])
+    logp, _ = policy.completion_logprobs(inputs, ids, torch.ones_like(ids))
+    assert stats["tokens"] == n
+    assert loss.item() == pytest.approx(-float(logp[0, len(context):].mean()), rel=1e-5)
+    alone, _ = _nll(policy, rollouts, correct)
+    assert abs(loss.item() - alone / n) > 1e-3                    # the wrong attempt is attended
+
+
+def test_no_group_with_both_outcomes_means_no_loss(policy, rollouts, tmp_path):
+    for flags in ([[1] * 4] * 3, [[0] * 4] * 3):
+        loss, stats = Recycling().loss(_ctx(policy, rollouts, run_dir=tmp_path, flags=flags))
+        assert loss is None and stats["instances"] == 0 and stats["tokens"] == 0
+    assert not (tmp_path / "recycled.jsonl").exists()
+
+
+def test_a_resumed_run_drops_rows_of_the_steps_it_redoes(policy, rollouts, tmp_path):
+    path = tmp_path / "recycled.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "kind": "pair"}) + "\n" for s in (1, 2, 3, 4)))
+    Recycling().loss(_ctx(policy, rollouts, step=3, run_dir=tmp_path))
+    steps = [json.loads(ln)["step"] for ln in path.read_text().splitlines()]
+    assert steps == [1, 2] + [3] * 6

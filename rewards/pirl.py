@@ -1,0 +1,96 @@
+"""PIRL's dynamic trinary reward: format and content scored apart (METHODS.md, "PIRL").
+
+    r = 1       the answer is correct and the completion is well formatted
+                (`<think>…</think><answer>…</answer>`, `rewards.format.is_well_formatted`)
+    r = r_mid   the content is correct but the format is broken: a lenient extractor still finds
+                the right answer (no think block, an unclosed `<answer>`, a bare last line, ...)
+    r = 0       wrong, or no answer found at all (fails closed like every verifier here)
+
+"Dynamic" (our reading of the paper): `r_mid` anneals linearly from `r_mid_start` (0.5) to
+`r_mid_end` (0) as training progresses, so early on a correct but sloppy answer still earns
+credit and by the end only the full format does. The trainer reports progress each step through
+`set_progress(step / steps)` (see `rewards.base.Combined`).
+"""
+from __future__ import annotations
+
+import re
+
+from mmrlvr.data import Example
+from rewards import register
+from rewards.format import is_well_formatted
+from rewards.verify import extract_answer, match
+
+_THINK_BLOCK = re.compile(r"<\s*think\s*>.*?<\s*/\s*think\s*>", re.IGNORECASE | re.DOTALL)
+_OPEN_ANSWER = re.compile(r"<\s*answer\s*>", re.IGNORECASE)
+_TAG = re.compile(r"<\s*/?\s*(?:think|answer)\s*>", re.IGNORECASE)
+_PREFIX = re.compile(r"^(?:final answer|the answer is|answer)\s*[:\-]?\s*", re.IGNORECASE)
+MAX_LENIENT_CHARS = 80
+"""A lenient candidate longer than this is prose, not an answer: it scores 0."""
+
+
+def lenient_extract(text: str, strict: str | None = None) -> str | None:
+    """An answer from a completion whose format may be broken; None when none can be read.
+
+    In order: the strict `rewards.verify.extract_answer` result (pass it as `strict` when already
+    computed, so the parse-failure counters see each completion once); the text after a last
+    `<answer>` that is never closed; else, with closed think blocks and stray tags removed, the
+    last non-empty line without an "Answer:" prefix. A completion that is all thinking (an
+    unclosed `<think>`) gives None, and so does anything over `MAX_LENIENT_CHARS`.
+    """
+    if strict is None:
+        strict = extract_answer(text)
+    if strict is not None:
+        return strict
+    if not isinstance(text, str) or not text.strip():
+        return None
+    body = _THINK_BLOCK.sub("\n", text)
+    if re.search(r"<\s*think\s*>", body, re.IGNORECASE):
+        return None
+    opens = list(_OPEN_ANSWER.finditer(body))
+    if opens:
+        body = body[opens[-1].end():]
+    lines = [ln.strip() for ln in _TAG.sub("\n", body).splitlines() if ln.strip()]
+    if not lines:
+        return None
+    candidate = _PREFIX.sub("", lines[0] if opens else lines[-1]).strip().rstrip(".").strip()
+    if not candidate or len(candidate) > MAX_LENIENT_CHARS:
+        return None
+    return candidate
+
+
+class PirlReward:
+    """1 / r_mid / 0 as above; components: `correct` (content), `format`, `r_mid` (current value)."""
+
+    def __init__(self, r_mid_start: float = 0.5, r_mid_end: float = 0.0, allow_boxed: bool = True):
+        if not 0.0 <= r_mid_end <= 1.0 or not 0.0 <= r_mid_start <= 1.0:
+            raise ValueError(f"pirl reward: r_mid_start ({r_mid_start}) and r_mid_end ({r_mid_end}) "
+                             "must lie in [0, 1]")
+        self.name = "pirl"
+        self.r_mid_start, self.r_mid_end, self.allow_boxed = r_mid_start, r_mid_end, allow_boxed
+        self.progress = 0.0
+
+    def set_progress(self, progress: float) -> None:
+        """Training progress in [0, 1] (clamped); moves `r_mid` along its schedule."""
+        self.progress = min(max(float(progress), 0.0), 1.0)
+
+    @property
+    def r_mid(self) -> float:
+        return self.r_mid_start + (self.r_mid_end - self.r_mid_start) * self.progress
+
+    def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
+        r_mid, out = self.r_mid, []
+        for text in completions:
+            strict = extract_answer(text)
+            formatted = is_well_formatted(text, self.allow_boxed)
+            if formatted and strict is not None and match(strict, example.answer, example.choices):
+                value, correct = 1.0, 1.0
+            else:
+                loose = lenient_extract(text, strict)
+                correct = float(loose is not None and match(loose, example.answer, example.choices))
+                value = r_mid * correct
+            out.append({"overall": value, "correct": correct, "format": float(formatted),
+                        "r_mid": r_mid})
+        return out
+
+
+register("pirl")(PirlReward)

@@ -108,8 +108,39 @@ def cmd_data(args: argparse.Namespace) -> int:
                            image_size=args.image_size, families=families)
         print(json.dumps(info, indent=2))
         return 0
+    if args.task == "medvqa":
+        from mmrlvr.loaders_medvqa import convert
+        from modalities.medvqa import make_medvqa
+
+        families = args.families.split(",") if args.families else None
+        info = convert(args.from_spec, args.out) if args.from_spec else make_medvqa(
+            args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed,
+            image_size=args.image_size, families=families)
+        print(json.dumps(info, indent=2))
+        return 0
     print(f"unknown data task {args.task!r}", file=sys.stderr)
     return 2
+
+
+def cmd_stress(args: argparse.Namespace) -> int:
+    from mmrlvr.stress import stress
+
+    report = stress(args.model, args.data, args.out, args.ops, modality=args.modality,
+                    format_prompt=args.format_prompt, system_prompt=args.system_prompt,
+                    limit=args.limit, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                    seed=args.seed, n_boot=args.bootstrap, device=args.device,
+                    min_pixels=args.min_pixels, max_pixels=args.max_pixels)
+    groups = report["summary"]["groups"]
+    print(json.dumps({"clean": report["summary"]["clean"], "mean_drop": groups}, indent=2))
+    print(f"wrote {Path(args.out) / 'report.md'}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from apps.launcher import serve
+
+    return serve(model=args.model, run=args.run, host=args.host, port=args.port,
+                 device=args.device, min_pixels=args.min_pixels, max_pixels=args.max_pixels)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,14 +191,44 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(fn=cmd_tiny)
 
     d = sub.add_parser("data", help="synthetic datasets with verifiable answers")
-    d.add_argument("task", choices=["shapes"])
+    d.add_argument("task", choices=["shapes", "medvqa"])
     d.add_argument("--out", required=True, help="output dir (train.jsonl, test.jsonl, images/)")
     d.add_argument("--n-train", type=int, default=2000)
     d.add_argument("--n-test", type=int, default=200)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--image-size", type=int, default=112)
     d.add_argument("--families", help="comma-separated task families (default: all)")
+    d.add_argument("--from", dest="from_spec", metavar="LAYOUT:PATH",
+                   help="medvqa: convert vqarad:/slake:/pathvqa:PATH to JSONL instead of synthesising")
     d.set_defaults(fn=cmd_data)
+
+    r = sub.add_parser("stress", help="robustness report: accuracy drops under prompt/image operators")
+    r.add_argument("--model", required=True, help="run dir, model dir or hub id the adapters load")
+    r.add_argument("--data", required=True, help="JSONL file, or vqarad:/slake:/pathvqa:PATH")
+    r.add_argument("--out", required=True, help="report dir (report.md, report.json, stress.png)")
+    r.add_argument("--ops", nargs="*", help="operators (default: all); see mmrlvr.stress_ops")
+    r.add_argument("--modality", help="adapter name (default: the run's, else vision)")
+    r.add_argument("--format-prompt", help="clean format instruction (default: the run's)")
+    r.add_argument("--system-prompt", help="system prompt (default: the run's)")
+    r.add_argument("--limit", type=int, default=0, help="the first N rows only")
+    r.add_argument("--batch-size", type=int, default=32)
+    r.add_argument("--max-new-tokens", type=int, default=64)
+    r.add_argument("--seed", type=int, default=0, help="seeds operators and the bootstrap")
+    r.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
+    r.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    r.add_argument("--min-pixels", type=int, help="default: the run's, else 56*56")
+    r.add_argument("--max-pixels", type=int, help="default: the run's, else 112*112")
+    r.set_defaults(fn=cmd_stress)
+
+    g = sub.add_parser("demo", help="Gradio app: ask a trained model, watch a run's curves")
+    g.add_argument("--model", help="model dir (or hub id); without it only the monitor works")
+    g.add_argument("--run", metavar="RUN_DIR", help="run dir whose metrics.jsonl the monitor plots")
+    g.add_argument("--port", type=int, default=7860)
+    g.add_argument("--host", default="127.0.0.1", help="0.0.0.0 serves other machines too")
+    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    g.add_argument("--min-pixels", type=int, help="default: the run config's, else 56*56")
+    g.add_argument("--max-pixels", type=int, help="default: the run config's, else 112*112")
+    g.set_defaults(fn=cmd_demo)
     return p
 
 

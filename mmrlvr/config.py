@@ -67,6 +67,8 @@ class DataConfig:
     """System message prepended to every prompt (empty: none)."""
     format_prompt: str = ""
     """Instruction appended to each question, e.g. asking for <think>/<answer> tags."""
+    templates: list[str] = field(default_factory=list)
+    """Prompt templates with a `{question}` slot; each prompt gets one drawn per step (empty: off)."""
 
 
 @dataclass
@@ -288,6 +290,9 @@ def validate(cfg: Config) -> None:
     for i, spec in enumerate(cfg.rewards):
         if "name" not in spec:
             raise ConfigError(f"config key 'rewards[{i}]' needs a 'name'")
+    for t in cfg.data.templates:
+        if not isinstance(t, str) or "{question}" not in t:
+            raise ConfigError(f"config key 'data.templates': {t!r} has no {{question}} slot")
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

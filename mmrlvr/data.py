@@ -153,12 +153,51 @@ def _geo3k_row(row: dict[str, Any], *, source: str, line: int, media_dir: Path) 
                    meta={"source": "geometry3k"})
 
 
-LAYOUTS = {"geo3k": _geo3k_row}
-"""Row mappers for known public layouts stored as parquet/arrow, by name."""
+def _steps_row(row: dict[str, Any], *, source: str, line: int, media_dir: Path) -> Example:
+    """Step-labelled solutions (PRM800K/MathV-style): `question` or `problem`, `solution_steps`
+    or `steps` (a list of strings, or one string of lines), `answer`; optional `id`, `image` or
+    `images` (paths relative to the file) and `choices`. The steps also serve as `reasoning`."""
+    where = f"{source}, row {line}"
+    prompt = next((str(row[k]) for k in ("question", "problem") if row.get(k)), "")
+    prompt = prompt.replace("<image>", "").strip()
+    answer = "" if row.get("answer") is None else str(row["answer"]).strip()
+    for key, value in (("question", prompt), ("answer", answer)):
+        if not value:
+            raise DataError(f"{where}: missing or empty field '{key}' (have: {sorted(row)})")
+    steps = row.get("solution_steps", row.get("steps"))
+    if isinstance(steps, str):
+        steps = steps.splitlines()
+    if steps is not None and (not isinstance(steps, list)
+                              or not all(isinstance(s, str) for s in steps)):
+        raise DataError(f"{where}: 'solution_steps' must be a list of strings, got {steps!r}")
+    steps = [s.strip() for s in steps or [] if s.strip()] or None
+    images = []
+    for img in row.get("images") or ([row["image"]] if row.get("image") else []):
+        path = Path(img) if Path(img).is_absolute() else Path(source).parent / img
+        if not path.is_file():
+            raise DataError(f"{where}: image not found: {path}")
+        images.append(str(path))
+    return Example(id=str(row.get("id") or f"{Path(source).stem}-{line}"), prompt=prompt,
+                   answer=answer, images=images, choices=row.get("choices") or None, steps=steps,
+                   reasoning="\n".join(steps) if steps else None, meta={"source": "steps"})
+
+
+LAYOUTS = {"geo3k": _geo3k_row, "steps": _steps_row}
+"""Row mappers for known public layouts (parquet/arrow; `steps` also JSONL), by name."""
 
 
 def _read_table(path: Path) -> list[dict[str, Any]]:
-    """Rows of a parquet file or an HF `datasets` arrow file, through pyarrow."""
+    """Rows of a JSONL, parquet or HF `datasets` arrow file (the last two through pyarrow)."""
+    if path.suffix == ".jsonl":
+        rows = []
+        for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not raw.strip():
+                continue
+            try:
+                rows.append(json.loads(raw))
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}, row {n}: invalid JSON ({err.msg})") from None
+        return rows
     import pyarrow as pa
     import pyarrow.parquet as pq
 

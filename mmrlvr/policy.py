@@ -143,16 +143,21 @@ class Policy:
 
     def completion_logprobs(self, inputs: dict[str, torch.Tensor], completion_ids: torch.Tensor,
                             completion_mask: torch.Tensor, temperature: float = 1.0,
-                            with_entropy: bool = False, model: torch.nn.Module | None = None
+                            with_entropy: bool = False, model: torch.nn.Module | None = None,
+                            media: dict[str, Any] | None = None
                             ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-token logprobs [N, C] of `completion_ids` after their prompts `inputs` ([N, P]).
 
         Logits are divided by the sampling temperature so they score the distribution sampled.
         Returns (logprobs, entropy or None), both [N, C]; padded positions hold garbage (mask them).
-        `model` overrides the network (a frozen reference); default `forward_model`.
+        `model` overrides the network (a frozen reference); default `forward_model`. `media`
+        replaces the media tensors with precomputed features (`Adapter.shared_media`).
         """
         full = self.adapter.training_inputs(inputs, completion_ids, completion_mask)
         full = to_device(full, self.device, self.dtype)
+        if media is not None:
+            full = {k: v for k, v in full.items() if k not in ("pixel_values",)}
+            full.update(media)
         position_ids = self.adapter.position_ids(self.base_model(), full)
         C = completion_ids.shape[1]
         model = model if model is not None else self.forward_model

@@ -36,7 +36,9 @@ from mmrlvr.logger import RunLogger, read_metrics
 from mmrlvr.policy import Policy, load_model, pick_device
 from mmrlvr.report import write_report
 from mmrlvr.rollout import SamplingParams, make_engine
+from mmrlvr.rollout.branching import branch_metrics
 from mmrlvr.sampler import PromptSampler
+from mmrlvr.templates import apply_templates
 from modalities.base import select
 from rewards.base import build_combined
 from rewards.verify import reset_stats, stats as verify_stats
@@ -141,7 +143,9 @@ def build_run(cfg: Config, resume: bool = False) -> tuple[Run, int]:
         sampler.cursor = state["cursor"]
         start_step = state["step"]
 
-    run = Run(cfg, accelerator, policy, make_engine(cfg.rollout.backend, policy, cfg.rollout.branching),
+    engine = make_engine(cfg.rollout.backend, policy, cfg.rollout.branching,
+                         cfg.rollout.vllm_gpu_memory_utilization)
+    run = Run(cfg, accelerator, policy, engine,
               build_combined(cfg.rewards), objectives_mod.build(cfg.objectives), optimizer, scheduler,
               train_data, eval_data, sampler, ref_model, run_dir, len(report.skipped))
     return run, start_step
@@ -153,6 +157,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     t0 = time.perf_counter()
     indices = run.sampler.next(cfg.train.batch_prompts)[acc.process_index::acc.num_processes]
     examples = [run.train_data[i] for i in indices]
+    template_rng = random.Random(f"templates-{cfg.train.seed}-{step}")   # per step: resumes exactly
+    examples = apply_templates(examples, cfg.data.templates, template_rng)
     prompts = policy.adapter.encode(examples, policy.processor, system_prompt=cfg.data.system_prompt,
                                     format_prompt=cfg.data.format_prompt)
     params = SamplingParams(n=cfg.rollout.group_size, max_new_tokens=cfg.rollout.max_new_tokens,
@@ -164,7 +170,9 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     G = cfg.rollout.group_size
     if hasattr(run.reward, "set_progress"):
         run.reward.set_progress(step / max(cfg.train.steps, 1))
+    reset_stats()   # the verifier's counters now cover exactly this step's scoring
     scores = [run.reward.score(ex, rollouts.texts[b * G:(b + 1) * G]) for b, ex in enumerate(examples)]
+    vstats = verify_stats()
     rewards = torch.tensor([[s["overall"] for s in group] for group in scores])   # [B, G]
     advantages = group_advantages(rewards, cfg.algo.advantage, cfg.algo.eps)       # [B, G]
     t2 = time.perf_counter()
@@ -185,10 +193,9 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
         "time/rollout_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": t3 - t2,
         "time/step_s": t3 - t0, "perf/rollout_tokens_per_s": rollouts.stats["rollout/tokens"] / (t1 - t0),
         "optim/lr": run.scheduler.get_last_lr()[0], **update})
-    vstats = verify_stats()
+    metrics.update(branch_metrics(rollouts, scores))   # re-extracts each text: parse-fail ratio kept
     if vstats.get("extract_calls"):
         metrics["verify/parse_fail_rate"] = vstats["extract_none"] / vstats["extract_calls"]
-    reset_stats()
     run.scheduler.step()
     if acc.num_processes > 1:
         keys = sorted(k for k, v in metrics.items() if v is not None)
@@ -209,11 +216,14 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     mb = cfg.train.micro_batch
     micro = [rows[i:i + mb] for i in range(0, len(rows), mb)]
 
-    def forward(batch_rows, **kw):
-        inputs, _ = select(rollouts.prompts, [r // G for r in batch_rows])
+    def forward(batch_rows, model=None, **kw):
+        prompt_rows = [r // G for r in batch_rows]
+        inputs, _ = select(rollouts.prompts, prompt_rows)
+        media = policy.adapter.shared_media(
+            (model or policy.base_model()), rollouts.prompts, prompt_rows, policy.device, policy.dtype)
         width = max(int(mask[batch_rows].sum(dim=1).max()), 1)                 # trim right padding
-        return policy.completion_logprobs(inputs, ids[batch_rows, :width],
-                                          mask[batch_rows, :width], T, **kw), width
+        return policy.completion_logprobs(inputs, ids[batch_rows, :width], mask[batch_rows, :width],
+                                          T, model=model, media=media, **kw), width
 
     old, ref = {}, {}
     with torch.no_grad():
@@ -290,7 +300,7 @@ def _objective_losses(run: Run, rollouts, scores, advantages, step: int) -> dict
         loss, st = objective.loss(ctx)
         if loss is not None:
             run.accelerator.backward(weight * loss)
-            out[f"objective/{objective.name}"] = float(loss)
+            out[f"objective/{objective.name}"] = float(loss.detach())
         out.update({f"objective/{objective.name}/{k}": v for k, v in st.items()})
     return out
 

@@ -49,6 +49,16 @@ class Adapter:
         """Position ids for a training forward, or None to let the model derive them."""
         return None
 
+    def shared_media(self, model: torch.nn.Module, batch: PromptBatch, rows: list[int],
+                     device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
+        """Forward kwargs carrying media features computed once per distinct prompt in `rows`.
+
+        A GRPO micro-batch holds G completions of each prompt; encoding its media once and
+        sharing the features (gradients add up over the copies) saves G-1 encoder passes.
+        None: the adapter has no such path and media tensors go to the forward as they are.
+        """
+        return None
+
     def training_inputs(self, inputs: dict[str, torch.Tensor], completion_ids: torch.Tensor,
                         completion_mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """Model kwargs for prompt ++ completion ([N, P+C]); media tensors unchanged."""

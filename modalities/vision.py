@@ -15,7 +15,7 @@ from PIL import Image
 
 from mmrlvr.data import DataError, Example
 from mmrlvr.types import PromptBatch
-from modalities.base import Adapter
+from modalities.base import Adapter, select
 
 
 class VisionAdapter(Adapter):
@@ -57,6 +57,11 @@ class VisionAdapter(Adapter):
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return resized
+
+    def vllm_media(self, example: Example) -> dict[str, list[Image.Image]]:
+        """The example's images as vLLM's `multi_modal_data` (resized like the HF path)."""
+        return {"image": [self.load_image(img, example) for img in example.images]} \
+            if example.images else {}
 
     def build_messages(self, example: Example, system_prompt: str = "",
                        format_prompt: str = "") -> list[dict[str, Any]]:
@@ -101,6 +106,22 @@ class VisionAdapter(Adapter):
             inputs["input_ids"], mm_token_type_ids=inputs["mm_token_type_ids"],
             image_grid_thw=inputs.get("image_grid_thw"), attention_mask=inputs["attention_mask"])
         return positions
+
+    def shared_media(self, model: torch.nn.Module, batch: PromptBatch, rows: list[int],
+                     device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
+        from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+        distinct = [i for i in dict.fromkeys(rows) if batch.media_rows[i]]
+        if not distinct:
+            return None
+        inputs, media_rows = select(batch, distinct)
+        out = model.model.get_image_features(inputs["pixel_values"].to(device, dtype),
+                                             inputs["image_grid_thw"].to(device), return_dict=True)
+        per_image = out.pooler_output                                # one [tokens, D] per image
+        features = {i: per_image[r["image_grid_thw"][0]:r["image_grid_thw"][1]]
+                    for i, r in zip(distinct, media_rows)}
+        ordered = [f for i in rows for f in features.get(i, ())]  # image-token order of the rows
+        return {"mm_encoder_outputs": {"image": BaseModelOutputWithPooling(pooler_output=ordered)}}
 
     @staticmethod
     def _media_rows(inputs: dict[str, torch.Tensor], per_sample: list[int]) -> list[dict]:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from rewards.base import Reward, lift
 
 _REGISTRY: dict[str, Callable[..., Reward]] = {}
-_BUILTIN_MODULES = ("rewards.accuracy", "rewards.format")
+_BUILTIN_MODULES = ("rewards.accuracy", "rewards.format", "rewards.pirl", "rewards.struct_steps")
 
 
 def register(name: str):

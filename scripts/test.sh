@@ -3,5 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The browser test drives Debian's Chromium through pip's playwright (no browser download).
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "[test] installing Debian's chromium for the browser test"
+  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+    || echo "[test] chromium could not be installed; the browser test will skip"
+fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 exec .venv/bin/python -m pytest tests "$@"

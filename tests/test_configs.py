@@ -39,3 +39,14 @@ def test_geo3k_recipe_matches_the_reference_setup_and_loads_its_layout(tmp_path)
     assert [e.answer for e in examples] == ["7.2", "\\frac{3}{2}"]
     assert examples[0].prompt == "Find x. Round to the nearest tenth."
     assert Image.open(examples[1].images[0]).size == (64, 48)
+
+
+def test_cpu_runs_never_import_vllm(tmp_path):
+    """The vLLM backend is a GPU-only extra: importing the core must not pull it in."""
+    import subprocess
+    import sys
+
+    code = ("import sys, mmrlvr.trainer, mmrlvr.rollout, mmrlvr.cli, modalities.vision; "
+            "print('vllm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -161,3 +161,22 @@ def test_each_rollout_row_belongs_to_its_own_prompt(policy, mixed_examples):
         assert (right - sampled).abs().max() < 1e-4
         assert (wrong - sampled).abs().max() > 1e-3
         assert roll.example_of(row).id == mixed_examples[own].id
+
+
+def test_shared_media_features_equal_per_row_encoding(policy, mixed_examples):
+    """Encoding each prompt's images once and sharing them gives the same logprobs and gradients."""
+    batch = policy.adapter.encode(mixed_examples, policy.processor)
+    rows = [2, 2, 1, 0, 1, 2]                      # G copies of prompts, mixed with a text-only one
+    ids, mask = _completions(policy, len(rows), [4, 6, 3, 5, 2, 6])
+    inputs, _ = select(batch, rows)
+    grads = []
+    for shared in (False, True):
+        policy.model.zero_grad()
+        media = policy.adapter.shared_media(policy.model, batch, rows, policy.device, policy.dtype) \
+            if shared else None
+        logp, _ = policy.completion_logprobs(inputs, ids, mask, media=media)
+        (logp * mask).sum().backward()
+        grads.append((logp.detach(), policy.model.model.visual.patch_embed.proj.weight.grad.clone()))
+    torch.testing.assert_close(grads[0][0] * mask, grads[1][0] * mask, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(grads[0][1], grads[1][1], atol=1e-5, rtol=1e-4)
+    policy.model.zero_grad()

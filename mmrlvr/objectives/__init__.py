@@ -51,3 +51,7 @@ def build(specs: list[dict[str, Any]]) -> list[tuple[float, Objective]]:
         module, _, cls = _OBJECTIVES[name].partition(":")
         out.append((weight, getattr(importlib.import_module(module), cls)(**spec)))
     return out
+
+
+register("recycling", "mmrlvr.objectives.recycling:Recycling")
+register("pirl_consistency", "mmrlvr.objectives.pirl_consistency:PirlConsistency")

@@ -2,14 +2,15 @@
 from mmrlvr.rollout.base import RolloutEngine, SamplingParams
 
 
-def make_engine(backend: str, policy, branching: dict | None = None) -> RolloutEngine:
+def make_engine(backend: str, policy, branching: dict | None = None,
+                vllm_gpu_memory_utilization: float = 0.5) -> RolloutEngine:
     """Build the rollout engine named in `rollout.backend` for this policy."""
     if backend == "hf":
         from mmrlvr.rollout.hf import HFRolloutEngine
         return HFRolloutEngine(policy, branching)
     if backend == "vllm":
         from mmrlvr.rollout.vllm import VLLMRolloutEngine  # imports vllm: GPU-only extra
-        return VLLMRolloutEngine(policy, branching)
+        return VLLMRolloutEngine(policy, branching, vllm_gpu_memory_utilization)
     raise ValueError(f"unknown rollout backend {backend!r}; use 'hf' or 'vllm'")
 
 

@@ -1,8 +1,11 @@
 """Rollouts with transformers `generate` (CPU and GPU).
 
-Prompts arrive processed once; each is repeated G times here by cutting its own token rows and
-media rows (`modalities.base.subset`), never by re-running the processor. Media placeholder
+Prompts arrive processed once and go to `generate` un-expanded with `num_return_sequences=G`:
+transformers encodes each prompt's media once and repeats the features (rows b*G+g), so neither
+the processor nor the vision encoder runs per copy. Media placeholder
 tokens are suppressed at sampling and any that slip through are scrubbed before training.
+`rollout.branching` (NC-GRPO latent noise, `mmrlvr.rollout.branching`) displaces the prefill of
+flagged members during sampled (never greedy) generation.
 """
 from __future__ import annotations
 
@@ -12,28 +15,29 @@ import torch
 import torch.nn.functional as F
 
 from mmrlvr.rollout.base import SamplingParams, completion_mask, scrub_placeholders
+from mmrlvr.rollout.branching import Branching, latent_noise, make_plan
 from mmrlvr.types import PromptBatch, Rollouts
-from modalities.base import subset, to_device
+from modalities.base import to_device
 
 
 class HFRolloutEngine:
     def __init__(self, policy, branching: dict | None = None):
         self.policy = policy
-        kind = (branching or {}).get("kind", "none")
-        if kind != "none":
-            raise NotImplementedError(f"rollout.branching kind {kind!r} is not available yet")
+        self.branching = Branching.from_config(branching)
 
     @torch.no_grad()  # not inference_mode: these tensors feed a training forward later
     def generate(self, batch: PromptBatch, params: SamplingParams) -> Rollouts:
         policy = self.policy
         t0 = time.perf_counter()
         n = 1 if params.greedy else params.n
-        expanded = subset(batch, [b for b in range(len(batch)) for _ in range(n)])
-        inputs = to_device(expanded.inputs, policy.device, policy.dtype)
+        inputs = to_device(batch.inputs, policy.device, policy.dtype)
         prompt_len = inputs["input_ids"].shape[1]
+        row_mask = inputs["attention_mask"].repeat_interleave(n, dim=0)             # [B*G, P]
+        plan = None if params.greedy else make_plan(self.branching, len(batch), n)
         kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=policy.eos_ids,
                       pad_token_id=policy.pad_id, return_dict_in_generate=True,
-                      output_logits=not params.greedy, suppress_tokens=policy.placeholder_ids)
+                      output_logits=not params.greedy, suppress_tokens=policy.placeholder_ids,
+                      num_return_sequences=n)
         if params.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
@@ -42,18 +46,21 @@ class HFRolloutEngine:
         was_training = policy.model.training
         policy.model.eval()
         try:
-            out = policy.model.generate(**inputs, **kwargs)
+            with latent_noise(policy.model, plan, row_mask):
+                out = policy.model.generate(**inputs, **kwargs)
         finally:
             policy.model.train(was_training)
         ids = out.sequences[:, prompt_len:].cpu()                                  # [N, C]
         mask = completion_mask(ids, policy.eos_ids)                                # [N, C]
         ids = torch.where(mask.bool(), ids, torch.full_like(ids, policy.pad_id))
         ids, mask, scrubbed = scrub_placeholders(ids, mask, policy.placeholder_ids, policy.pad_id)
-        sample_logp = None
+        sample_logp, first_entropy = None, None
         if not params.greedy:
             logits = torch.stack(out.logits, dim=1).float().cpu()                  # [N, C, V]
             logp_all = F.log_softmax(logits / params.temperature, dim=-1)
             sample_logp = logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)        # [N, C]
+            first = logp_all[:, 0]                                                 # [N, V]
+            first_entropy = -(first.exp() * first).sum(-1)                         # [N]
         texts = policy.tokenizer.batch_decode(
             [row[:int(m.sum())] for row, m in zip(ids, mask)], skip_special_tokens=True)
         lengths = mask.sum(dim=1)
@@ -62,6 +69,9 @@ class HFRolloutEngine:
                  "rollout/tokens": int(lengths.sum()),
                  "rollout/truncated_frac": float((~ended).float().mean()),
                  "rollout/placeholder_scrubbed": scrubbed}
+        if first_entropy is not None:
+            stats["first_token_entropy"] = first_entropy                           # [N] per row
         return Rollouts(prompts=batch, group_size=n, completion_ids=ids, completion_mask=mask,
-                        sample_logprobs=sample_logp, texts=texts, branch=["clean"] * len(texts),
+                        sample_logprobs=sample_logp, texts=texts,
+                        branch=plan.tags() if plan else ["clean"] * len(texts),
                         stats=stats)

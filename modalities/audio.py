@@ -1,0 +1,348 @@
+"""Audio adapter for Qwen2-Audio (`Qwen2AudioForConditionalGeneration` + its Whisper feature extractor)
+and the Qwen2.5-Omni thinker (`Qwen2_5OmniThinkerForConditionalGeneration`, text out).
+
+Audio comes from wav/flac/mp3/ogg files (soundfile; librosa/audioread for anything soundfile cannot
+read) or from `(array, sample_rate)` pairs; it is mixed down to mono and resampled to the feature
+extractor's rate. A clip longer than the model's feature window (`chunk_length` seconds) is cut to
+the window (`long_audio="truncate"`, default) or split into consecutive windows, each its own audio
+entry in the prompt (`long_audio="chunk"`); either way a warning names the file and both durations.
+A missing, unreadable, empty or non-finite file is a `DataError` naming the sample and the file; a
+silent one is a warning.
+
+Tensors: `input_features` [n_audio, mel, frames] and `feature_attention_mask` [n_audio, frames] are
+indexed by audio, not by sample; `PromptBatch.media_rows[i]` records each sample's audio rows, so
+samples with 0, 1 or several audios mix in one batch.
+
+Encode once per prompt. The audio encoder dominates the cost of a small audio LM, and the stock
+paths run it once per sequence: `generate(num_return_sequences=G)` repeats `input_features` G times
+before the encoder, and a training forward over G completions of a prompt re-encodes G copies.
+Here the encoder runs once per distinct prompt (`audio_embeddings`), its output is scattered into
+the text embeddings at the `<|AUDIO|>` positions (`merge_embeddings`), and the model is driven with
+`inputs_embeds`: in rollout (`generation_inputs`) and in every logprob recompute (`shared_media` +
+`apply_media`). Gradients of the shared features add up over the copies, as they would per copy.
+`bench/audio_encode_once.py` measures the saving.
+
+Positions: Qwen2-Audio's text model uses standard 1-D RoPE; positions come from the attention mask
+(`cumsum - 1`), as `generate` computes them, so a left-padded row sees the positions it has alone.
+The Omni thinker uses 3-D M-RoPE with audio tokens placed by time (`get_rope_index` over the ids,
+the mask and each clip's length); `generate` repeats `feature_attention_mask` row by row for the G
+copies, which keeps clips and prompts aligned only with at most one clip per prompt, so the Omni
+path asks for that (an error names the sample otherwise).
+"""
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mmrlvr.data import DataError, Example
+from mmrlvr.types import PromptBatch
+from modalities.base import Adapter, select
+
+AUDIO_TOKEN = "<|AUDIO|>"
+LONG_AUDIO = ("truncate", "chunk")
+SILENCE_PEAK = 1e-4
+"""A clip whose peak amplitude stays below this is reported as silent."""
+
+
+class AudioWarning(UserWarning):
+    """Audio that is used but altered or suspicious (cut, chunked, upsampled, silent)."""
+
+
+def _describe(source: Any) -> str:
+    return str(source) if isinstance(source, (str, Path)) else f"<array {type(source).__name__}>"
+
+
+def read_audio(source: Any, target_sr: int, *, sample: str = "?") -> np.ndarray:
+    """One clip as mono float32 at `target_sr`: a file path, an `(array, rate)` pair or an array.
+
+    A bare array is taken to be at `target_sr` already. Errors name the sample and the file.
+    """
+    where = f"sample {sample}: audio {_describe(source)}"
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise DataError(f"{where}: file not found")
+        wave, sr = _read_file(path, where)
+    elif isinstance(source, (tuple, list)) and len(source) == 2 and np.isscalar(source[1]):
+        wave, sr = np.asarray(source[0], dtype=np.float32), int(source[1])
+    elif isinstance(source, (np.ndarray, torch.Tensor)):
+        wave, sr = np.asarray(source, dtype=np.float32), target_sr
+    else:
+        raise DataError(f"{where}: expected a file path, an (array, sample_rate) pair or an array")
+    if sr <= 0:
+        raise DataError(f"{where}: invalid sample rate {sr}")
+    if wave.ndim == 2:       # soundfile gives [frames, channels]; a (channels, frames) array is rare
+        wave = wave.mean(axis=1) if wave.shape[0] >= wave.shape[1] else wave.mean(axis=0)
+    elif wave.ndim != 1:
+        raise DataError(f"{where}: expected mono or multi-channel audio, got shape {wave.shape}")
+    if wave.size == 0:
+        raise DataError(f"{where}: the clip is empty (0 samples)")
+    if not np.isfinite(wave).all():
+        raise DataError(f"{where}: the clip holds NaN or infinite samples (corrupt file?)")
+    if sr != target_sr:
+        if sr < target_sr:
+            warnings.warn(f"{where}: upsampled from {sr} Hz to {target_sr} Hz; it holds nothing "
+                          f"above {sr // 2} Hz", AudioWarning, stacklevel=2)
+        wave = _resample(wave, sr, target_sr, where)
+    if float(np.abs(wave).max()) < SILENCE_PEAK:
+        warnings.warn(f"{where}: the clip is silent (peak amplitude below {SILENCE_PEAK})",
+                      AudioWarning, stacklevel=2)
+    return np.ascontiguousarray(wave, dtype=np.float32)
+
+
+def _read_file(path: Path, where: str) -> tuple[np.ndarray, int]:
+    import soundfile as sf
+
+    try:
+        wave, sr = sf.read(str(path), dtype="float32", always_2d=False)
+        return wave, int(sr)
+    except (RuntimeError, OSError, ValueError, TypeError) as first:   # sf.LibsndfileError is one
+        try:
+            import librosa
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")      # librosa's audioread fallback warns itself
+                wave, sr = librosa.load(str(path), sr=None, mono=True)
+            return wave, int(sr)
+        except Exception:  # noqa: BLE001 - audioread backends raise their own types: all "cannot decode"
+            raise DataError(f"{where}: cannot decode the file ({first})") from None
+
+
+def _resample(wave: np.ndarray, sr: int, target_sr: int, where: str) -> np.ndarray:
+    try:
+        import librosa
+    except ImportError:
+        raise DataError(f"{where}: is at {sr} Hz and the model needs {target_sr} Hz; resampling "
+                        "needs librosa (pip install 'mmrlvr[audio]')") from None
+    return librosa.resample(wave, orig_sr=sr, target_sr=target_sr)
+
+
+class AudioAdapter(Adapter):
+    name = "audio"
+    media_keys = ("input_features", "feature_attention_mask")
+    placeholder_tokens = (AUDIO_TOKEN, "<|audio_bos|>", "<|audio_eos|>")
+
+    def __init__(self, long_audio: str = "truncate", cache_size: int = 4096, **options: Any):
+        super().__init__(**options)
+        if long_audio not in LONG_AUDIO:
+            raise ValueError(f"long_audio is {long_audio!r}; choose one of {list(LONG_AUDIO)}")
+        self.long_audio = long_audio
+        self._cache: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
+        self._cache_size = cache_size
+
+    # -- loading ----------------------------------------------------------------------------
+    def load_audio(self, source: Any, example: Example, sampling_rate: int, window: int
+                   ) -> list[np.ndarray]:
+        """One source as a list of clips no longer than `window` samples (cached by path)."""
+        key = (str(source), sampling_rate, window) if isinstance(source, (str, Path)) else None
+        if key is not None and key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        wave = read_audio(source, sampling_rate, sample=example.id)
+        clips = [wave]
+        if len(wave) > window:
+            seconds, limit = len(wave) / sampling_rate, window / sampling_rate
+            if self.long_audio == "truncate":
+                clips = [wave[:window]]
+                what = f"cut to the first {limit:g} s"
+            else:
+                clips = [wave[i:i + window] for i in range(0, len(wave), window)]
+                what = f"split into {len(clips)} windows of up to {limit:g} s"
+            warnings.warn(f"sample {example.id}: audio {_describe(source)} lasts {seconds:.2f} s, "
+                          f"longer than the model's {limit:g} s window; {what}",
+                          AudioWarning, stacklevel=2)
+        if key is not None:
+            self._cache[key] = clips
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return clips
+
+    def vllm_media(self, example: Example, sampling_rate: int = 16000,
+                   window: int = 30 * 16000) -> dict[str, list]:
+        """The example's audio as vLLM's `multi_modal_data` (`(array, rate)` pairs)."""
+        clips = [c for a in example.audios for c in self.load_audio(a, example, sampling_rate, window)]
+        return {"audio": [(c, sampling_rate) for c in clips]} if clips else {}
+
+    # -- prompts ----------------------------------------------------------------------------
+    def build_messages(self, example: Example, system_prompt: str = "", format_prompt: str = "",
+                       n_audio: int | None = None) -> list[dict[str, Any]]:
+        n = len(example.audios) if n_audio is None else n_audio
+        # an "audio" key as well as the type: Qwen2-Audio-Instruct's template tests for the key
+        content: list[dict[str, Any]] = [{"type": "audio", "audio": f"audio-{k}"} for k in range(n)]
+        question = example.prompt if not format_prompt else f"{example.prompt} {format_prompt}"
+        content.append({"type": "text", "text": question})
+        messages = [{"role": "user", "content": content}]
+        if system_prompt:
+            messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})
+        return messages
+
+    def encode(self, examples: list[Example], processor: Any, system_prompt: str = "",
+               format_prompt: str = "", **_: Any) -> PromptBatch:
+        fe = processor.feature_extractor
+        sr, window = int(fe.sampling_rate), int(fe.n_samples)
+        texts, clips, per_sample = [], [], []
+        for ex in examples:
+            mine = [c for a in ex.audios for c in self.load_audio(a, ex, sr, window)]
+            text = processor.apply_chat_template(
+                self.build_messages(ex, system_prompt, format_prompt, len(mine)),
+                tokenize=False, add_generation_prompt=True)
+            if text.count(AUDIO_TOKEN) != len(mine):
+                raise DataError(f"sample {ex.id}: the prompt holds {text.count(AUDIO_TOKEN)} audio "
+                                f"placeholders for {len(mine)} audio clip(s); remove literal "
+                                f"{AUDIO_TOKEN} text from the question")
+            texts.append(text)
+            clips.extend(mine)
+            per_sample.append(len(mine))
+        inputs = processor(text=texts, audio=clips or None, sampling_rate=sr, padding=True,
+                           return_tensors="pt")
+        inputs = {k: v for k, v in inputs.items() if torch.is_tensor(v)}
+        rows, start = [], 0
+        for n in per_sample:
+            rows.append({k: (start, start + n) for k in self.media_keys} if n else {})
+            start += n
+        self._check_token_counts(inputs, rows, examples, processor)
+        return PromptBatch(list(examples), inputs, rows, texts)
+
+    @staticmethod
+    def _check_token_counts(inputs, rows, examples, processor) -> None:
+        """Audio-token count must equal the encoder outputs each sample's clips produce."""
+        audio_id = processor.tokenizer.convert_tokens_to_ids(AUDIO_TOKEN)
+        lengths = _output_lengths(inputs["feature_attention_mask"].sum(-1)).tolist() \
+            if "feature_attention_mask" in inputs else []
+        for i, (ex, r) in enumerate(zip(examples, rows)):
+            tokens = int((inputs["input_ids"][i] == audio_id).sum())
+            features = sum(lengths[slice(*r["feature_attention_mask"])]) if r else 0
+            if tokens != features:
+                raise DataError(f"sample {ex.id}: {tokens} audio tokens in the prompt but its clips "
+                                f"give {features} encoder outputs; check that the prompt holds no "
+                                f"literal {AUDIO_TOKEN} and the processor matches the model")
+
+    # -- model side -------------------------------------------------------------------------
+    def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
+                     ) -> torch.Tensor:
+        """Qwen2-Audio: 1-D positions [N, T] over real tokens only (what `generate` uses).
+        Omni thinker: 3-D M-RoPE positions [3, N, T] from ids, mask and clip lengths."""
+        mask = inputs["attention_mask"]
+        if _is_omni(model):
+            lengths = inputs["feature_attention_mask"].sum(-1) \
+                if "feature_attention_mask" in inputs else None
+            positions, _ = _parts(model).get_rope_index(inputs["input_ids"], None, None, mask,
+                                                        False, lengths)
+            return positions
+        return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+    def shared_media(self, model: torch.nn.Module, batch: PromptBatch, rows: list[int],
+                     device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
+        distinct = [i for i in dict.fromkeys(rows) if batch.media_rows[i]]
+        if not distinct:
+            return None
+        inputs, media_rows = select(batch, distinct)
+        per_audio = audio_embeddings(model, inputs["input_features"].to(device, dtype),
+                                     inputs["feature_attention_mask"].to(device))
+        per_row = {i: per_audio[slice(*r["input_features"])] for i, r in zip(distinct, media_rows)}
+        return {"audio_embeds": [f for i in rows for f in per_row.get(i, ())]}  # token order
+
+    def apply_media(self, model: torch.nn.Module, inputs: dict[str, Any], media: dict[str, Any]
+                    ) -> dict[str, Any]:
+        """Replace the raw audio by `inputs_embeds` holding the shared encoder outputs.
+
+        The ids and `feature_attention_mask` stay (the Omni thinker's positions need them); with
+        `inputs_embeds` given and no `input_features`, neither model embeds or encodes again.
+        """
+        out = {k: v for k, v in inputs.items() if k != "input_features"}
+        out["inputs_embeds"] = merge_embeddings(model, inputs["input_ids"], media["audio_embeds"])
+        return out
+
+    def generation_inputs(self, model: torch.nn.Module, batch: PromptBatch,
+                          inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`generate` kwargs: each prompt's audio encoded once, as `inputs_embeds` [B, P, D].
+
+        `input_ids` stay so the output sequences keep the prompt; `generate` repeats the
+        embeddings for the G return sequences instead of re-running the encoder on G copies.
+        """
+        if "input_features" not in inputs:
+            return inputs
+        media = self.shared_media(model, batch, list(range(len(batch))), inputs["input_ids"].device,
+                                  inputs["input_features"].dtype)
+        out = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"],
+               "inputs_embeds": merge_embeddings(model, inputs["input_ids"], media["audio_embeds"])}
+        if _is_omni(model):
+            for ex, rows in zip(batch.examples, batch.media_rows):
+                if rows and rows["feature_attention_mask"][1] - rows["feature_attention_mask"][0] > 1:
+                    raise DataError(f"sample {ex.id}: the Qwen2.5-Omni thinker path samples from one "
+                                    "audio clip per prompt; give one clip (or long_audio='truncate')")
+            out["feature_attention_mask"] = inputs["feature_attention_mask"]   # positions by time
+        return out
+
+
+def _output_lengths(mel_lengths: torch.Tensor) -> torch.Tensor:
+    """Encoder outputs per clip from its mel-frame count (conv stride 2, then pooling 2)."""
+    return ((mel_lengths - 1) // 2 + 1 - 2) // 2 + 1
+
+
+def _parts(model: torch.nn.Module) -> torch.nn.Module:
+    inner = getattr(model, "model", model)
+    if not hasattr(inner, "audio_tower"):
+        raise TypeError(f"{type(model).__name__} has no audio tower: the audio modality needs a "
+                        "Qwen2-Audio model or a Qwen2.5-Omni thinker")
+    return inner
+
+
+def _is_omni(model: torch.nn.Module) -> bool:
+    """The Omni thinker (its encoder drops padding frames itself and projects to the text width)."""
+    return hasattr(_parts(model), "get_audio_features")
+
+
+def audio_embeddings(model: torch.nn.Module, features: torch.Tensor, feature_mask: torch.Tensor
+                     ) -> list[torch.Tensor]:
+    """Projected encoder outputs per clip, trimmed to its length: n_audio × [L_a, D_text].
+
+    The same computation as `Qwen2AudioModel.forward` (mask from the mel lengths, encoder,
+    projector) or the Omni thinker's `get_audio_features`, once per clip given.
+    """
+    from transformers.masking_utils import create_bidirectional_mask
+
+    inner = _parts(model)
+    frames = feature_mask.sum(-1)                                         # [n_audio]
+    if _is_omni(model):
+        flat = inner.get_audio_features(features, feature_mask, return_dict=True).last_hidden_state
+        return list(flat.split(_output_lengths(frames).tolist()))          # [sum L, D] -> per clip
+    tower = inner.audio_tower
+    in_lengths = (frames - 1) // 2 + 1                                    # after conv stride 2
+    n, _, mel_frames = features.shape
+    width = (mel_frames - 2) // 2 + 1
+    valid = torch.arange(width, device=frames.device)[None, :] < in_lengths[:, None]   # [n, W]
+    mask = create_bidirectional_mask(config=tower.config,
+                                     inputs_embeds=torch.zeros(n, width, 1, dtype=features.dtype,
+                                                               device=features.device),
+                                     attention_mask=valid.long())
+    hidden = tower(features, attention_mask=mask).last_hidden_state          # [n, W/2, D_audio]
+    projected = inner.multi_modal_projector(hidden)                          # [n, W/2, D_text]
+    lengths = _output_lengths(frames).tolist()
+    return [projected[k, :lengths[k]] for k in range(n)]
+
+
+def merge_embeddings(model: torch.nn.Module, input_ids: torch.Tensor,
+                     audio_embeds: list[torch.Tensor]) -> torch.Tensor:
+    """Text embeddings [N, T, D] with `audio_embeds` (in token order) at the audio tokens."""
+    inner = _parts(model)
+    embeds = model.get_input_embeddings()(input_ids)                          # [N, T, D]
+    cfg = inner.config
+    token = getattr(cfg, "audio_token_id", None)
+    token = token if token is not None else cfg.audio_token_index
+    is_audio = input_ids == token                                             # [N, T]
+    n_tokens = int(is_audio.sum())
+    if not audio_embeds:
+        if n_tokens:
+            raise ValueError(f"{n_tokens} audio tokens but no audio features were given")
+        return embeds
+    flat = torch.cat(audio_embeds).to(embeds.device, embeds.dtype)           # [n_tokens, D]
+    if flat.shape[0] != n_tokens:
+        raise ValueError(f"{n_tokens} audio tokens but {flat.shape[0]} audio features")
+    return embeds.masked_scatter(is_audio.unsqueeze(-1), flat)
+

@@ -1,0 +1,103 @@
+"""PWSD — privilege-gap weighted self-distillation (TransAnyText).
+
+One model plays both parts. The teacher sees privileged input (the image plus the
+source-language patch, `ImageTranslationAdapter.encode_privileged`); the student sees the image
+and the target language only. On the student's own rollouts y:
+
+    gap_t = log π_T(y_t | x⁺, y<t) − log π_S(y_t | x, y<t)
+    w_t   = stopgrad(σ(α·gap_t))                                 α = 1 (METHODS.md, our choice)
+    L     = Σ_t w_t · KL(π_S(·| x, y<t) ‖ π_T(·| x⁺, y<t)) / Σ_t 1          (token mean, masked)
+
+so tokens the privileged teacher finds much likelier than the student does (where the source
+text would help) weigh most. The teacher pass runs without gradients (it is a fixed target
+each step); the KL is over the full vocabulary at temperature 1. Tokens are averaged over the
+batch, as the GRPO loss aggregates by default. At most `max_rows` rollouts are distilled per
+step (a seeded draw, so resumes repeat exactly).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from modalities.base import select, to_device
+
+
+def pwsd_loss(student_logp: torch.Tensor, teacher_logp: torch.Tensor, ids: torch.Tensor,
+              mask: torch.Tensor, alpha: float = 1.0) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The PWSD loss from full-vocabulary log-probabilities.
+
+    student_logp, teacher_logp [N, C, V]; ids [N, C] sampled tokens; mask [N, C] -> scalar loss
+    and stats (`weights` [N, C] and `gap` [N, C] tensors, plus their masked means).
+    """
+    idx = ids.unsqueeze(-1)                                                     # [N, C, 1]
+    gap = (teacher_logp.gather(-1, idx) - student_logp.gather(-1, idx)).squeeze(-1)   # [N, C]
+    weights = torch.sigmoid(alpha * gap).detach()                               # [N, C]
+    kl = (student_logp.exp() * (student_logp - teacher_logp)).sum(-1)           # [N, C] KL(S‖T)
+    m = mask.to(kl.dtype)
+    tokens = m.sum().clamp(min=1.0)
+    loss = (weights * kl * m).sum() / tokens
+    return loss, {"weights": weights, "gap": gap.detach(),
+                  "weight_mean": float((weights * m).sum() / tokens),
+                  "gap_mean": float((gap.detach() * m).sum() / tokens),
+                  "kl_mean": float((kl.detach() * m).sum() / tokens)}
+
+
+def vocab_logprobs(policy, inputs: dict[str, torch.Tensor], ids: torch.Tensor, mask: torch.Tensor,
+                   model: torch.nn.Module | None = None) -> torch.Tensor:
+    """log π over the vocabulary at each completion position after prompts `inputs`. -> [N, C, V]"""
+    full = to_device(policy.adapter.training_inputs(inputs, ids, mask), policy.device, policy.dtype)
+    position_ids = policy.adapter.position_ids(policy.base_model(), full)
+    C = ids.shape[1]
+    model = model if model is not None else policy.forward_model
+    out = model(**full, position_ids=position_ids, use_cache=False, logits_to_keep=C + 1)
+    return F.log_softmax(out.logits[:, -(C + 1):-1, :].float(), dim=-1)
+
+
+class PWSD:
+    """The objective (`objectives: [{name: pwsd, weight: 1.0, alpha: 1.0}]`); needs the
+    `image_translation` modality (its adapter builds the teacher's privileged prompts)."""
+
+    name = "pwsd"
+
+    def __init__(self, alpha: float = 1.0, max_rows: int = 16, seed: int = 0):
+        if max_rows < 1:
+            raise ValueError(f"pwsd: max_rows must be >= 1, got {max_rows}")
+        self.alpha, self.max_rows, self.seed = float(alpha), int(max_rows), int(seed)
+
+    def prepare(self, policy, rollouts, rows: list[int]) -> dict[str, Any]:
+        """Student and teacher inputs for `rows` of the rollouts, with their completions."""
+        if not hasattr(policy.adapter, "encode_privileged"):
+            raise ValueError(f"pwsd needs the image_translation modality (model.modality), "
+                             f"got {policy.adapter.name!r}, which has no privileged prompt")
+        G = rollouts.group_size
+        prompt_rows = [r // G for r in rows]
+        student, _ = select(rollouts.prompts, prompt_rows)
+        distinct = list(dict.fromkeys(prompt_rows))
+        teacher_batch = policy.adapter.encode_privileged(
+            [rollouts.prompts.examples[i] for i in distinct], policy.processor)
+        teacher, _ = select(teacher_batch, [distinct.index(i) for i in prompt_rows])
+        mask = rollouts.completion_mask[rows]
+        width = max(int(mask.sum(dim=1).max()), 1)
+        return {"student": student, "teacher": teacher, "ids": rollouts.completion_ids[rows, :width],
+                "mask": mask[:, :width]}
+
+    def loss(self, ctx) -> tuple[torch.Tensor | None, dict[str, float]]:
+        policy, rollouts = ctx.policy, ctx.rollouts
+        N = rollouts.completion_ids.shape[0]
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + ctx.step)
+        rows = list(range(N)) if N <= self.max_rows else \
+            sorted(torch.randperm(N, generator=gen)[:self.max_rows].tolist())
+        rows = [r for r in rows if rollouts.completion_mask[r].sum() > 0]
+        if not rows:
+            return None, {"rows": 0.0}
+        batch = self.prepare(policy, rollouts, rows)
+        with torch.no_grad():
+            teacher = vocab_logprobs(policy, batch["teacher"], batch["ids"], batch["mask"],
+                                     model=policy.base_model())                   # [n, C, V]
+        student = vocab_logprobs(policy, batch["student"], batch["ids"], batch["mask"])
+        mask = batch["mask"].to(student.device)
+        loss, st = pwsd_loss(student, teacher, batch["ids"].to(student.device), mask, self.alpha)
+        return loss, {"rows": float(len(rows)), "weight_mean": st["weight_mean"],
+                      "gap_mean": st["gap_mean"], "kl_mean": st["kl_mean"]}

@@ -1,0 +1,104 @@
+"""`mmrlvr translate`: one image in, its text translated in place out (TransAnyText).
+
+    mmrlvr translate --model DIR --image IN.png --lang de --out OUT.png
+
+1. the model (image_translation adapter) writes an HTML patch for the target language (greedy);
+2. the source text is erased: OpenCV inpainting (or a local diffusers inpainting pipeline) over
+   the text pixels inside the boxes — of `--source-patch` when given, else of the predicted
+   patch, whose boxes keep the source layout;
+3. the patch is drawn on the erased background with the deterministic PIL renderer.
+
+Writes OUT.png (final), OUT.erased.png, OUT.patch.png (the text layer, transparent),
+OUT.patch.html and OUT.json (raw completion, parse error if any, timings). A patch that does not
+parse still leaves all five files: the erased and final images are then the input unchanged.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from mmrlvr.patch import Patch, PatchError, parse, to_html
+from mmrlvr.render import DiffusersInpainter, erase, render_layer, text_mask
+
+
+def compose(image: Image.Image, patch: Patch, *, erase_boxes: Patch | None = None,
+            method: str = "opencv", inpainter: DiffusersInpainter | None = None,
+            mask_mode: str = "ink") -> tuple[Image.Image, Image.Image, Image.Image]:
+    """(erased background, text layer RGBA, final image) for `patch` over `image`."""
+    image = image.convert("RGB")
+    size = image.size
+    source = (erase_boxes or patch).scaled(*size)
+    mask = text_mask(image, source.boxes, mode=mask_mode)
+    erased = erase(image, mask, method=method, inpainter=inpainter) if mask.any() else image.copy()
+    layer = render_layer(patch, size)
+    final = erased.convert("RGBA")
+    final.alpha_composite(layer)
+    return erased, layer, final.convert("RGB")
+
+
+def output_paths(out: str | Path) -> dict[str, Path]:
+    out = Path(out)
+    stem = out.with_suffix("")
+    return {"final": out, "erased": Path(f"{stem}.erased.png"), "layer": Path(f"{stem}.patch.png"),
+            "html": Path(f"{stem}.patch.html"), "json": Path(f"{stem}.json")}
+
+
+def translate(model: str, image: str | Path, lang: str, out: str | Path, *,
+              source_lang: str | None = None, source_patch: str | Path | None = None,
+              method: str = "opencv", inpaint_model: str | None = None,
+              max_new_tokens: int = 512, device: str = "auto", min_pixels: int = 56 * 56,
+              max_pixels: int = 448 * 448) -> dict[str, Any]:
+    """Run the pipeline above; returns what OUT.json holds."""
+    import modalities
+    from mmrlvr.config import ModelConfig
+    from mmrlvr.policy import Policy, pick_device
+    from mmrlvr.rollout import make_engine
+    from mmrlvr.rollout.base import SamplingParams
+    from modalities.image_translation import make_example
+    from rewards.translation import extract_patch
+
+    t0 = time.perf_counter()
+    paths = output_paths(out)
+    paths["final"].parent.mkdir(parents=True, exist_ok=True)
+    with Image.open(image) as fh:
+        picture = fh.convert("RGB")
+    adapter = modalities.get("image_translation", min_pixels=min_pixels, max_pixels=max_pixels)
+    policy = Policy.load(ModelConfig(path=model, modality="image_translation"), adapter,
+                         pick_device(device))
+    example = make_example(str(image), lang, source=source_lang, id=Path(image).stem)
+    batch = adapter.encode([example], policy.processor)
+    rollout = make_engine("hf", policy).generate(
+        batch, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
+    completion = rollout.texts[0]
+    t1 = time.perf_counter()
+
+    error = None
+    raw = extract_patch(completion)
+    try:
+        if raw is None:
+            raise PatchError("the completion holds no patch (empty, or an unclosed <answer>)")
+        patch = parse(raw)
+    except PatchError as err:
+        error, patch = str(err), Patch([], *picture.size)
+    if patch.width is None or patch.height is None:
+        patch = Patch(patch.boxes, *picture.size)
+    known = parse(Path(source_patch).read_text()) if source_patch else None
+    if known is not None and (known.width is None or known.height is None):
+        known = Patch(known.boxes, *picture.size)
+    inpainter = DiffusersInpainter(inpaint_model) if method == "diffusers" else None
+    erased, layer, final = compose(picture, patch, erase_boxes=known, method=method,
+                                   inpainter=inpainter)
+    erased.save(paths["erased"])
+    layer.save(paths["layer"])
+    final.save(paths["final"])
+    paths["html"].write_text(to_html(patch, indent=True) + "\n", encoding="utf-8")
+    result = {"image": str(image), "lang": lang, "model": model, "completion": completion,
+              "parse_error": error, "boxes": len(patch.boxes),
+              "files": {k: str(v) for k, v in paths.items()},
+              "seconds": {"generate": t1 - t0, "total": time.perf_counter() - t0}}
+    paths["json"].write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return result

@@ -1,0 +1,61 @@
+"""Image-translation adapter (TransAnyText): the VLM reads an image and writes an HTML patch.
+
+Student prompt: the image + the target language (`instruction`). Privileged teacher prompt
+(PWSD, `mmrlvr.objectives.pwsd`): the same image and instruction plus the source-language patch
+(`meta.source_patch`), so the teacher knows the text, boxes and styles it must carry over and
+only has to translate. Everything else — image loading, resizing, media slicing, token-count
+checks — is the vision adapter's.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mmrlvr.data import DataError, Example
+from mmrlvr.types import PromptBatch
+from modalities.vision import VisionAdapter
+
+LANGUAGES: dict[str, str] = {"en": "English", "de": "German", "fr": "French", "es": "Spanish",
+                             "ru": "Russian", "el": "Greek"}
+"""Language codes the prompts know by name (others are named by their code)."""
+
+
+def language_name(code: str) -> str:
+    return LANGUAGES.get(code, code)
+
+
+def instruction(target: str, source: str | None = None) -> str:
+    """The student's task text for translating an image's text into `target`."""
+    src = f" from {language_name(source)}" if source else ""
+    return (f"Translate the text in the image{src} into {language_name(target)}. Answer with an "
+            "HTML patch: one <div> per text box with its left, top, width, height, font, size, "
+            "weight, colour and alignment.")
+
+
+def privileged_prompt(example: Example) -> str:
+    """The teacher's prompt: the student's, plus the source-language patch it may read."""
+    source = example.meta.get("source_patch")
+    if not source:
+        raise DataError(f"sample {example.id}: PWSD needs meta.source_patch (the source-language "
+                        "HTML patch) for the teacher's privileged prompt")
+    return f"{example.prompt}\nSource-language patch:\n{source}"
+
+
+def make_example(image: Any, target: str, *, source: str | None = None,
+                 id: str = "image") -> Example:
+    """An Example for translating one image (a path or PIL image) into `target`."""
+    return Example(id=id, prompt=instruction(target, source), answer="-", images=[image],
+                   meta={"target_lang": target, **({"source_lang": source} if source else {})})
+
+
+class ImageTranslationAdapter(VisionAdapter):
+    name = "image_translation"
+
+    def encode_privileged(self, examples: list[Example], processor: Any, system_prompt: str = "",
+                          format_prompt: str = "", **options: Any) -> PromptBatch:
+        """The teacher's PromptBatch: each example's image with `privileged_prompt`."""
+        teacher = [dataclasses.replace(ex, prompt=privileged_prompt(ex)) for ex in examples]
+        batch = self.encode(teacher, processor, system_prompt=system_prompt,
+                            format_prompt=format_prompt, **options)
+        batch.examples = list(examples)
+        return batch

@@ -1,0 +1,132 @@
+"""PWSD: weights and loss against a hand computation, on tiny tensors and on a tiny real policy."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import modalities
+from mmrlvr.config import ModelConfig
+from mmrlvr.objectives import StepContext, build
+from mmrlvr.objectives.pwsd import PWSD, pwsd_loss, vocab_logprobs
+from modalities.base import select
+
+
+def test_weights_and_loss_match_a_hand_computation():
+    student = torch.tensor([[[0.5, 0.5], [0.25, 0.75], [0.9, 0.1]]]).log().requires_grad_(True)
+    teacher = torch.tensor([[[0.8, 0.2], [0.5, 0.5], [0.1, 0.9]]]).log()
+    ids = torch.tensor([[0, 1, 0]])
+    mask = torch.tensor([[1, 1, 0]])                               # the third token is padding
+    loss, st = pwsd_loss(student, teacher, ids, mask, alpha=1.0)
+    w0, w1 = 1.6 / 2.6, (2 / 3) / (1 + 2 / 3)                      # σ(log .8/.5), σ(log .5/.75)
+    kl0 = 0.5 * math.log(0.5 / 0.8) + 0.5 * math.log(0.5 / 0.2)
+    kl1 = 0.25 * math.log(0.25 / 0.5) + 0.75 * math.log(0.75 / 0.5)
+    assert st["weights"][0, :2].tolist() == pytest.approx([w0, w1], rel=1e-6)
+    assert st["gap"][0, :2].tolist() == pytest.approx([math.log(1.6), math.log(2 / 3)], rel=1e-6)
+    assert float(loss.detach()) == pytest.approx((w0 * kl0 + w1 * kl1) / 2, rel=1e-6)
+    assert not st["weights"].requires_grad                        # stop-gradient on w
+    loss.backward()
+    assert student.grad[0, 2].abs().sum() == 0                     # padding gets no gradient
+    sharp, _ = pwsd_loss(student.detach(), teacher, ids, mask, alpha=2.0)
+    w0a, w1a = 1.6 ** 2 / (1 + 1.6 ** 2), (2 / 3) ** 2 / (1 + (2 / 3) ** 2)
+    assert float(sharp) == pytest.approx((w0a * kl0 + w1a * kl1) / 2, rel=1e-6)
+    same, st = pwsd_loss(teacher, teacher, ids, mask)
+    assert float(same) == 0.0 and st["weights"][0, :2].tolist() == [0.5, 0.5]
+
+
+@pytest.fixture(scope="module")
+def translation_policy(tiny_vl):
+    from mmrlvr.policy import Policy
+
+    torch.manual_seed(0)
+    return Policy.load(ModelConfig(path=str(tiny_vl), modality="image_translation"),
+                       modalities.get("image_translation"), torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def banner_examples(tmp_path_factory):
+    from mmrlvr.data import load_jsonl
+    from modalities.banners import make_banners
+
+    out = tmp_path_factory.mktemp("banners-pwsd")
+    make_banners(out, n_train=4, n_test=0, width=112, height=56, seed=1)
+    return out, load_jsonl(out / "train.jsonl")
+
+
+def test_objective_on_a_tiny_policy_matches_the_hand_computation(translation_policy, banner_examples):
+    from mmrlvr.rollout import make_engine
+    from mmrlvr.rollout.base import SamplingParams
+
+    policy, examples = translation_policy, banner_examples[1][:2]
+    adapter = policy.adapter
+    student_batch = adapter.encode(examples, policy.processor)
+    teacher_batch = adapter.encode_privileged(examples, policy.processor)
+    assert teacher_batch.inputs["input_ids"].shape[1] > student_batch.inputs["input_ids"].shape[1] + 50
+    assert "Source-language patch" in teacher_batch.prompt_texts[0]
+    assert examples[0].meta["source_patch"] in teacher_batch.prompt_texts[0]
+    torch.manual_seed(1)
+    rollouts = make_engine("hf", policy).generate(student_batch, SamplingParams(n=2, max_new_tokens=6))
+    ctx = StepContext(policy, rollouts, scores=[], advantages=torch.zeros(4), step=1, total_steps=1)
+    ((weight, objective),) = build([{"name": "pwsd", "weight": 0.5, "alpha": 1.0}])
+    assert weight == 0.5 and isinstance(objective, PWSD)
+    loss, stats = objective.loss(ctx)
+
+    # by hand: per-token logprobs of the sampled tokens under both prompts (the trainer's code path)
+    rows = [0, 0, 1, 1]
+    mask = rollouts.completion_mask
+    width = int(mask.sum(dim=1).max())
+    ids, mask = rollouts.completion_ids[:, :width], mask[:, :width]
+    with torch.no_grad():
+        s_in, _ = select(student_batch, rows)
+        t_in, _ = select(teacher_batch, rows)
+        ls, _ = policy.completion_logprobs(s_in, ids, mask)
+        lt, _ = policy.completion_logprobs(t_in, ids, mask)
+        s_all = vocab_logprobs(policy, s_in, ids, mask)
+        t_all = vocab_logprobs(policy, t_in, ids, mask)
+    m = mask.float()
+    assert s_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)[m.bool()] == pytest.approx(ls[m.bool()], abs=1e-5)
+    w = torch.sigmoid(lt - ls)                                               # [4, C]
+    kl = (s_all.exp() * (s_all - t_all)).sum(-1)                             # [4, C]
+    expected = float((w * kl * m).sum() / m.sum())
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-4, abs=1e-7)
+    assert stats["weight_mean"] == pytest.approx(float((w * m).sum() / m.sum()), rel=1e-4)
+    assert stats["rows"] == 4 and float(loss.detach()) > 0
+    policy.model.zero_grad(set_to_none=True)
+    loss.backward()
+    grads = [p.grad for p in policy.trainable_parameters() if p.grad is not None]
+    assert grads and any(float(g.abs().sum()) > 0 for g in grads)
+    policy.model.zero_grad(set_to_none=True)
+
+
+def test_pwsd_needs_the_image_translation_modality(policy, shapes_dir):
+    from mmrlvr.data import load_jsonl
+    from mmrlvr.rollout import make_engine
+    from mmrlvr.rollout.base import SamplingParams
+
+    batch = policy.adapter.encode(load_jsonl(shapes_dir / "test.jsonl")[:1], policy.processor)
+    rollouts = make_engine("hf", policy).generate(batch, SamplingParams(n=2, max_new_tokens=3))
+    ctx = StepContext(policy, rollouts, [], torch.zeros(2), 1, 1)
+    with pytest.raises(ValueError, match="image_translation"):
+        PWSD().loss(ctx)
+
+
+def test_a_grpo_step_runs_with_the_translation_reward_and_pwsd(tmp_path, tiny_vl, banner_examples):
+    import yaml
+
+    from mmrlvr.config import load_config
+    from mmrlvr.logger import read_metrics
+    from mmrlvr.trainer import train
+
+    data_dir, _ = banner_examples
+    cfg = {"model": {"path": str(tiny_vl), "modality": "image_translation"},
+           "data": {"train": str(data_dir / "train.jsonl")},
+           "rollout": {"group_size": 2, "max_new_tokens": 6},
+           "rewards": [{"name": "translation", "weight": 1.0}],
+           "objectives": [{"name": "pwsd", "weight": 1.0}],
+           "train": {"steps": 1, "batch_prompts": 2, "out_dir": str(tmp_path / "run")}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    train(load_config(tmp_path / "c.yaml"), progress=False)
+    (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert row["reward/translation/parse_fail"] == 1.0             # random weights write no patch
+    assert "objective/pwsd" in row and row["objective/pwsd/rows"] == 4

@@ -1,7 +1,7 @@
 """Audio QA: upload or microphone → streamed answer, acoustic evidence and rubric scores.
 
-mmrlvr has no audio modality adapter yet, so the tab checks its input and then says why it cannot
-answer; it lights up when `modalities.get("audio")` exists and the loaded model uses it.
+The tab checks its input, then says why it cannot answer: no model loaded, a model of another
+modality, or (for now) that the tab is not yet wired to the audio adapter's streaming path.
 """
 from __future__ import annotations
 

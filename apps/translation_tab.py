@@ -1,7 +1,7 @@
 """Image translation: image + target language → erased background, HTML patch, rendered result.
 
-mmrlvr has no image-translation modality yet, so the tab checks its input and then says why it
-cannot translate; it lights up when `modalities.get("image_translation")` exists.
+The tab checks its input, then says why it cannot translate: no model loaded, a model of another
+modality, or (for now) that the tab is not yet wired to `mmrlvr translate`'s pipeline.
 """
 from __future__ import annotations
 

@@ -94,7 +94,8 @@ def cmd_tiny(args: argparse.Namespace) -> int:
         for ex in load_jsonl(path):
             extra.append(f"{ex.prompt} <think>{ex.reasoning or ''}</think><answer>{ex.answer}</answer>")
     out = build_tiny(args.kind, args.out, hidden_size=args.hidden_size, num_layers=args.layers,
-                     vocab_target=args.vocab, extra_corpus=extra or None, seed=args.seed)
+                     vocab_target=args.vocab, extra_corpus=extra or None, seed=args.seed,
+                     audio_window=args.audio_window)
     print(f"tiny {args.kind} model written to {out}")
     return 0
 
@@ -118,8 +119,47 @@ def cmd_data(args: argparse.Namespace) -> int:
             image_size=args.image_size, families=families)
         print(json.dumps(info, indent=2))
         return 0
+    if args.task == "tones":
+        from modalities.tones import convert, make_tones
+
+        families = args.families.split(",") if args.families else None
+        info = convert(args.from_spec, args.out) if args.from_spec else make_tones(
+            args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed, families=families)
+        print(json.dumps(info, indent=2))
+        return 0
+    if args.task == "banners":
+        from modalities.banners import make_banners
+
+        pairs = args.families.split(",") if args.families else None
+        info = make_banners(args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed,
+                            width=2 * args.image_size, height=args.image_size, pairs=pairs)
+        print(json.dumps(info, indent=2))
+        return 0
     print(f"unknown data task {args.task!r}", file=sys.stderr)
     return 2
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from mmrlvr.patch import PatchError
+    from mmrlvr.translate import translate
+
+    if args.eraser == "diffusers" and not args.inpaint_model:
+        print("mmrlvr translate: error: --eraser diffusers needs --inpaint-model DIR", file=sys.stderr)
+        return 2
+    try:
+        result = translate(args.model, args.image, args.lang, args.out,
+                           source_lang=args.source_lang, source_patch=args.source_patch,
+                           method=args.eraser, inpaint_model=args.inpaint_model,
+                           max_new_tokens=args.max_new_tokens, device=args.device,
+                           min_pixels=args.min_pixels, max_pixels=args.max_pixels)
+    except (PatchError, ImportError) as err:
+        print(f"mmrlvr translate: error: {err}", file=sys.stderr)
+        return 2
+    if result["parse_error"]:
+        print(f"warning: the model's patch did not parse ({result['parse_error']}); "
+              "the images hold the input unchanged", file=sys.stderr)
+    print(json.dumps(result["files"], indent=2))
+    return 0
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
@@ -181,25 +221,29 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(fn=cmd_eval)
 
     k = sub.add_parser("tiny", help="a tiny random-weight model of a real architecture")
-    k.add_argument("kind", choices=["qwen2-vl", "qwen2.5-vl"])
+    k.add_argument("kind", choices=["qwen2-vl", "qwen2.5-vl", "qwen2-audio", "qwen2.5-omni"])
     k.add_argument("--out", required=True, help="output model dir")
     k.add_argument("--hidden-size", type=int, default=128)
     k.add_argument("--layers", type=int, default=4)
     k.add_argument("--vocab", type=int, default=600, help="tokenizer size to train")
     k.add_argument("--corpus", nargs="*", help="JSONL datasets whose text the tokenizer learns too")
     k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--audio-window", type=int, default=3,
+                   help="qwen2-audio, qwen2.5-omni: feature window in seconds (the real models' is 30)")
     k.set_defaults(fn=cmd_tiny)
 
     d = sub.add_parser("data", help="synthetic datasets with verifiable answers")
-    d.add_argument("task", choices=["shapes", "medvqa"])
+    d.add_argument("task", choices=["shapes", "medvqa", "tones", "banners"])
     d.add_argument("--out", required=True, help="output dir (train.jsonl, test.jsonl, images/)")
     d.add_argument("--n-train", type=int, default=2000)
     d.add_argument("--n-test", type=int, default=200)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--image-size", type=int, default=112)
-    d.add_argument("--families", help="comma-separated task families (default: all)")
+    d.add_argument("--families", help="comma-separated task families (banners: language pairs "
+                   "such as en-de,en-ru) (default: all)")
     d.add_argument("--from", dest="from_spec", metavar="LAYOUT:PATH",
-                   help="medvqa: convert vqarad:/slake:/pathvqa:PATH to JSONL instead of synthesising")
+                   help="medvqa: convert vqarad:/slake:/pathvqa:PATH, tones: mmau:/avqa:PATH, "
+                        "to JSONL instead of synthesising")
     d.set_defaults(fn=cmd_data)
 
     r = sub.add_parser("stress", help="robustness report: accuracy drops under prompt/image operators")
@@ -229,6 +273,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-pixels", type=int, help="default: the run config's, else 56*56")
     g.add_argument("--max-pixels", type=int, help="default: the run config's, else 112*112")
     g.set_defaults(fn=cmd_demo)
+
+    x = sub.add_parser("translate", help="translate the text in an image: erased background, "
+                       "HTML patch, final image (TransAnyText)")
+    x.add_argument("--model", required=True, help="model dir trained to write HTML patches")
+    x.add_argument("--image", required=True, help="input image")
+    x.add_argument("--lang", required=True, help="target language code, e.g. de, fr, es, ru")
+    x.add_argument("--out", required=True, help="final image; OUT.erased.png, OUT.patch.png, "
+                   "OUT.patch.html and OUT.json are written beside it")
+    x.add_argument("--source-lang", help="source language code, named in the prompt when given")
+    x.add_argument("--source-patch", help="HTML patch of the source text: erase under its boxes "
+                   "(default: under the predicted boxes)")
+    x.add_argument("--eraser", default="opencv", choices=["opencv", "diffusers"])
+    x.add_argument("--inpaint-model", help="local diffusers inpainting pipeline dir (--eraser diffusers)")
+    x.add_argument("--max-new-tokens", type=int, default=512)
+    x.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    x.add_argument("--min-pixels", type=int, default=56 * 56)
+    x.add_argument("--max-pixels", type=int, default=448 * 448)
+    x.set_defaults(fn=cmd_translate)
     return p
 
 

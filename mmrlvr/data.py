@@ -71,24 +71,14 @@ def example_from_row(row: dict[str, Any], *, source: str, line: int, base_dir: P
                                   or not all(isinstance(v, str) for v in value)):
             raise DataError(f"{where} (id {row['id']}): '{key}' must be a list of strings, "
                             f"got {value!r}")
-    images = []
-    for img in row.get("images") or []:
-        path = Path(img)
-        if not path.is_absolute():
-            path = base_dir / path
-        if not path.is_file():
-            raise DataError(f"{where} (id {row['id']}): image not found: {path}")
-        images.append(str(path))
-    row["images"] = images
-    audios = []
-    for aud in row.get("audios") or []:
-        path = Path(aud)
-        if not path.is_absolute():
-            path = base_dir / path
-        if not path.is_file():
-            raise DataError(f"{where} (id {row['id']}): audio not found: {path}")
-        audios.append(str(path))
-    row["audios"] = audios
+    for key, kind in (("images", "image"), ("audios", "audio")):
+        resolved = []
+        for item in row.get(key) or []:
+            path = Path(item) if Path(item).is_absolute() else base_dir / item
+            if not path.is_file():
+                raise DataError(f"{where} (id {row['id']}): {kind} not found: {path}")
+            resolved.append(str(path))
+        row[key] = resolved
     return Example(**row)
 
 

@@ -1,7 +1,8 @@
 """Held-out evaluation: greedy accuracy, pass@k, format rate, parse rate, mean length.
 
 Accuracy goes through `rewards.verify` (via the `accuracy` reward), so eval and training agree.
-Per-family accuracy is reported where rows carry `meta.family`.
+Per-family accuracy is reported where rows carry `meta.family`, and closed vs open accuracy
+(kept apart, as medical VQA reports them) where rows carry `meta.answer_type`.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def evaluate(policy, engine, examples: list[Example], *, max_new_tokens: int,
     acc_reward, fmt_reward = rewards.get("accuracy"), rewards.get("format")
     correct, formatted, parsed, lengths, passed = [], [], [], [], []
     family_hits: dict[str, list[float]] = defaultdict(list)
+    type_hits: dict[str, list[float]] = defaultdict(list)
     predictions = []
     bar = tqdm(total=len(examples), desc="eval", disable=not progress, leave=False)
     for start in range(0, len(examples), batch_size):
@@ -42,6 +44,8 @@ def evaluate(policy, engine, examples: list[Example], *, max_new_tokens: int,
             parsed.append(acc["parsed"])
             formatted.append(fmt_reward.score(ex, [text])[0]["overall"])
             family_hits[str(ex.meta.get("family", "all"))].append(acc["overall"])
+            if "answer_type" in ex.meta:
+                type_hits[str(ex.meta["answer_type"])].append(acc["overall"])
             if sampled is not None:
                 group = sampled.texts[i * samples:(i + 1) * samples]
                 passed.append(float(any(s["overall"] for s in acc_reward.score(ex, group))))
@@ -63,6 +67,8 @@ def evaluate(policy, engine, examples: list[Example], *, max_new_tokens: int,
     if len(family_hits) > 1:
         for fam, hits in sorted(family_hits.items()):
             result[f"family/{fam}"] = sum(hits) / len(hits)
+    for kind, hits in sorted(type_hits.items()):
+        result[f"answer_type/{kind}"] = sum(hits) / len(hits)
     if keep_predictions:
         result["predictions"] = predictions
     return result

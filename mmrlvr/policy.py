@@ -64,6 +64,8 @@ def load_model(path: str, dtype: torch.dtype, attn_implementation: str = "sdpa")
         return transformers.AutoModelForImageTextToText.from_pretrained(path, **kwargs)
     except ValueError:
         names = getattr(config, "architectures", None) or []
+        if getattr(config, "model_type", "") == "qwen2_5_omni":   # full Omni: train its text thinker
+            names = ["Qwen2_5OmniThinkerForConditionalGeneration"]
         model_cls = getattr(transformers, names[0], None) if names else None
         if model_cls is None:
             raise PolicyError(f"{path}: no image/audio-text model class for config "
@@ -156,13 +158,14 @@ class Policy:
         full = self.adapter.training_inputs(inputs, completion_ids, completion_mask)
         full = to_device(full, self.device, self.dtype)
         if media is not None:
-            full = {k: v for k, v in full.items() if k not in ("pixel_values",)}
-            full.update(media)
+            full = self.adapter.apply_media(model if model is not None else self.base_model(),
+                                            full, media)
         position_ids = self.adapter.position_ids(self.base_model(), full)
         C = completion_ids.shape[1]
         model = model if model is not None else self.forward_model
         out = model(**full, position_ids=position_ids, use_cache=False, logits_to_keep=C + 1)
-        logits = out.logits[:, :-1, :].float() / temperature                  # [N, C, V]
+        # models without `logits_to_keep` (Qwen2-Audio) return every position: keep the last C+1
+        logits = out.logits[:, -(C + 1):-1, :].float() / temperature          # [N, C, V]
         logp_all = F.log_softmax(logits, dim=-1)                               # [N, C, V]
         ids = completion_ids.to(self.device).unsqueeze(-1)                     # [N, C, 1]
         logp = logp_all.gather(-1, ids).squeeze(-1)                            # [N, C]

@@ -11,7 +11,7 @@ Per operator, on the rows it applies to and paired with the same rows' clean ans
 
 Each figure is given for all rows and, kept apart, for closed (yes/no, multiple choice) and open
 questions, grouped by the clean question's `meta.answer_type` (else: closed when the gold is
-yes/no or a choice). Text operators' mean drop is the robustness figure; image operators and
+yes/no or a choice). Text operators' mean drop is the robustness figure; image, audio and
 task-altering operators are reported separately. `--out` gets `report.json` (settings, every
 figure and every raw prediction, from which `summarize` recomputes all figures), `report.md`
 and `stress.png`.
@@ -33,7 +33,7 @@ from mmrlvr.stress_ops import OPERATORS, apply
 from mmrlvr.templates import HELDOUT_TEMPLATES
 from rewards.verify import detect_kind, extract_answer, match
 
-KINDS = ("text", "image", "task")
+KINDS = ("text", "image", "audio", "task")
 SUBSETS = ("all", "closed", "open")
 
 
@@ -171,6 +171,7 @@ def write_report(out_dir: str | Path, report: dict[str, Any]) -> Path:
              "| accuracy | " + " | ".join(_fmt(figs["clean"][s]["accuracy"], ".3f") for s in SUBSETS) + " |",
              "| n | " + " | ".join(str(figs["clean"][s]["n"]) for s in SUBSETS) + " |", ""]
     titles = {"text": "Prompt operators (robustness figure)", "image": "Image operators",
+              "audio": "Audio operators",
               "task": "Task-altering operators (not part of the robustness figure)"}
     for kind in KINDS:
         names = [n for n, e in figs["ops"].items() if e["kind"] == kind]
@@ -247,7 +248,8 @@ def stress(model: str, data: str, out: str, ops: list[str] | None = None, *, mod
                        max_pixels=max_pixels or rc_model.get("max_pixels", 112 * 112))
     fmt = format_prompt if format_prompt is not None else rc_data.get("format_prompt", "")
     system = system_prompt if system_prompt is not None else rc_data.get("system_prompt", "")
-    ops = list(ops or OPERATORS)
+    skip = "image" if mcfg.modality == "audio" else "audio"     # media the data cannot have
+    ops = list(ops or [n for n, op in OPERATORS.items() if op.kind != skip])
     unknown = [o for o in ops if o not in OPERATORS]
     if unknown:
         raise ConfigError(f"unknown stress operators {unknown}; known: {list(OPERATORS)}")

@@ -247,6 +247,10 @@ OPERATORS: dict[str, Operator] = {op.name: op for op in [
 ]}
 """Every operator by name, in report order."""
 
+from mmrlvr.stress_ops_audio import operators as _audio_operators  # noqa: E402 (needs Operator)
+
+OPERATORS.update(_audio_operators())
+
 
 def apply(op: Operator, ex: Example, format_prompt: str, seed: int = 0) -> Variant | None:
     """`op` on `ex` with its own seeded generator; None where the operator does not apply."""

@@ -12,6 +12,9 @@ processors); the tokenizer is a byte-level BPE of about 600 tokens trained here,
 small built-in English corpus, carrying every Qwen2-VL / Qwen2-Audio special token with its
 exact string and the family's real chat template. Nothing touches the network.
 
+`build_tiny("qwen2-audio", DIR)` and `build_tiny("qwen2.5-omni", DIR)` make the audio families
+(`mmrlvr.tiny_audio`: Qwen2-Audio and the Qwen2.5-Omni thinker, with a short feature window).
+
 `build_tokenizer` is the reusable half: other tiny families (Qwen2-Audio) call it with their own
 special tokens and chat template.
 """
@@ -25,6 +28,8 @@ from pathlib import Path
 
 __all__ = [
     "KINDS",
+    "VISION_KINDS",
+    "AUDIO_KINDS",
     "QWEN_SPECIAL_TOKENS",
     "QWEN_VL_SPECIAL_TOKENS",
     "QWEN_AUDIO_SPECIAL_TOKENS",
@@ -34,7 +39,9 @@ __all__ = [
     "build_tiny",
 ]
 
-KINDS: tuple[str, ...] = ("qwen2-vl", "qwen2.5-vl")
+VISION_KINDS: tuple[str, ...] = ("qwen2-vl", "qwen2.5-vl")
+AUDIO_KINDS: tuple[str, ...] = ("qwen2-audio", "qwen2.5-omni")
+KINDS: tuple[str, ...] = VISION_KINDS + AUDIO_KINDS
 """Architectures `build_tiny` can make (also the names `mmrlvr tiny KIND` accepts)."""
 
 QWEN_VL_SPECIAL_TOKENS: tuple[str, ...] = (
@@ -348,19 +355,30 @@ def build_tiny(
     min_pixels: int = 56 * 56,
     max_pixels: int = 112 * 112,
     seed: int = 0,
+    audio_window: int = 3,
 ) -> Path:
     """Build a tiny random-weight `kind` model with its tokenizer and processor into `out_dir`.
 
     The directory holds `config.json`, `generation_config.json`, `model.safetensors` (float32),
     the tokenizer files, `processor_config.json`/`preprocessor_config.json`, `chat_template.jinja`
     and `TINY.md`; it loads with `AutoProcessor` + `AutoModelForImageTextToText`. The same
-    arguments and seed give bit-identical weights and tokenizer.
+    arguments and seed give bit-identical weights and tokenizer. For the audio kinds the vision
+    arguments size the audio encoder (`vision_depth` layers, `vision_width` wide) and
+    `audio_window` is the feature window in seconds (`mmrlvr.tiny_audio.build_tiny_audio`).
     """
     import torch
     from transformers import GenerationConfig
 
     if kind not in KINDS:
         raise ValueError(f"unknown tiny kind {kind!r}; choose from {KINDS}")
+    if kind in AUDIO_KINDS:
+        from mmrlvr.tiny_audio import build_tiny_audio
+
+        return build_tiny_audio(kind, out_dir, hidden_size=hidden_size, num_layers=num_layers,
+                                num_heads=num_heads, num_kv_heads=num_kv_heads,
+                                intermediate_size=intermediate_size, audio_layers=vision_depth,
+                                audio_width=vision_width, vocab_target=vocab_target,
+                                extra_corpus=extra_corpus, seed=seed, audio_window=audio_window)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 

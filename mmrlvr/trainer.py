@@ -193,7 +193,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
         "time/rollout_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": t3 - t2,
         "time/step_s": t3 - t0, "perf/rollout_tokens_per_s": rollouts.stats["rollout/tokens"] / (t1 - t0),
         "optim/lr": run.scheduler.get_last_lr()[0], **update})
-    metrics.update(branch_metrics(rollouts, scores))   # re-extracts each text: parse-fail ratio kept
+    metrics.update(branch_metrics(rollouts, scores))
     if vstats.get("extract_calls"):
         metrics["verify/parse_fail_rate"] = vstats["extract_none"] / vstats["extract_calls"]
     run.scheduler.step()
@@ -315,7 +315,9 @@ class _null:
 
 def run_eval(run: Run, progress: bool = False) -> dict[str, float]:
     cfg = run.cfg
-    result = evaluate(run.policy, run.engine, run.eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
+    # eval samples (pass@k) come from the clean model: branching shapes exploration only
+    engine = make_engine("hf", run.policy) if run.cfg.rollout.backend == "hf" else run.engine
+    result = evaluate(run.policy, engine, run.eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
                       batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
                       temperature=cfg.rollout.temperature, system_prompt=cfg.data.system_prompt,
                       format_prompt=cfg.data.format_prompt, progress=progress)

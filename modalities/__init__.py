@@ -8,6 +8,8 @@ from modalities.base import Adapter
 
 _ADAPTERS = {
     "vision": "modalities.vision:VisionAdapter",
+    "audio": "modalities.audio:AudioAdapter",
+    "image_translation": "modalities.image_translation:ImageTranslationAdapter",
 }
 
 

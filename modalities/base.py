@@ -59,6 +59,18 @@ class Adapter:
         """
         return None
 
+    def apply_media(self, model: torch.nn.Module, inputs: dict[str, Any], media: dict[str, Any]
+                    ) -> dict[str, Any]:
+        """Training-forward kwargs with `shared_media`'s features in place of the raw media."""
+        out = {k: v for k, v in inputs.items() if k != "pixel_values"}
+        out.update(media)
+        return out
+
+    def generation_inputs(self, model: torch.nn.Module, batch: PromptBatch,
+                          inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`generate` kwargs for un-expanded prompts (default: the processed inputs as they are)."""
+        return inputs
+
     def training_inputs(self, inputs: dict[str, torch.Tensor], completion_ids: torch.Tensor,
                         completion_mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """Model kwargs for prompt ++ completion ([N, P+C]); media tensors unchanged."""

@@ -19,7 +19,8 @@ from typing import Any, Callable
 from rewards.base import Reward, lift
 
 _REGISTRY: dict[str, Callable[..., Reward]] = {}
-_BUILTIN_MODULES = ("rewards.accuracy", "rewards.format", "rewards.pirl", "rewards.struct_steps")
+_BUILTIN_MODULES = ("rewards.accuracy", "rewards.format", "rewards.pirl", "rewards.struct_steps",
+                    "rewards.audio_rubrics", "rewards.translation")
 
 
 def register(name: str):

@@ -161,8 +161,8 @@ def test_tabs_without_a_model_say_why(image):
     assert list(vision_tab.answer(empty, [image], "q"))[-1][4] == NO_MODEL
     assert robustness_tab.run(empty, image, "q")[2] == NO_MODEL
     silent_free = (16000, (np.sin(np.arange(16000) / 5) * 8000).astype(np.int16))
-    assert "no `audio` modality adapter" in audio_tab.answer(empty, silent_free, "What is it?")[3]
-    assert "no `image_translation` modality" in translation_tab.translate(empty, image, "French")[3]
+    assert audio_tab.answer(empty, silent_free, "What is it?")[3] == NO_MODEL
+    assert translation_tab.translate(empty, image, "French")[3] == NO_MODEL
 
 
 # ---------------------------------------------------------------- the other tabs' handlers
@@ -176,7 +176,8 @@ def test_audio_input_checks(ctx):
     for audio, expected in cases:
         assert expected in audio_tab.answer(ctx, audio, "What is it?")[3]
     assert "Type a question" in audio_tab.answer(ctx, (rate, tone), " ")[3]
-    assert "Audio QA is not available yet" in audio_tab.answer(ctx, (rate, tone), "What?")[3]
+    assert "needs a model loaded with the `audio` adapter" in \
+        audio_tab.answer(ctx, (rate, tone), "What?")[3]
 
 
 def test_translation_checks_the_image_then_says_why(ctx, image, tmp_path):
@@ -184,7 +185,8 @@ def test_translation_checks_the_image_then_says_why(ctx, image, tmp_path):
     bad.write_bytes(b"\x00" * 10)
     assert "not an image file" in translation_tab.translate(ctx, str(bad), "French")[3]
     assert "Upload an image" in translation_tab.translate(ctx, None, "French")[3]
-    assert "not available yet" in translation_tab.translate(ctx, image, "French")[3]
+    assert "needs a model loaded with the `image_translation` adapter" in \
+        translation_tab.translate(ctx, image, "French")[3]
 
 
 def test_robustness_runs_every_operator_in_one_table(ctx, image):
@@ -333,10 +335,10 @@ def test_client_calls_every_tab(served, image, tmp_path):
     assert len(table["data"]) == 8 and len(gallery) == 6 and status.startswith("✓")
     *plots, status = client.predict(str(run), api_name="/monitor")
     assert "step 6 / 12" in status and len(plots) == 4
-    assert "Audio QA is not available yet" in client.predict(
+    assert "needs a model loaded with the `audio` adapter" in client.predict(
         handle_file(str(write_wav(tmp_path / "tone.wav"))), "What is it?",
         api_name="/audio_answer")[3]
-    assert "not available yet" in client.predict(handle_file(image), "French",
+    assert "`image_translation` adapter" in client.predict(handle_file(image), "French",
                                                  api_name="/translate")[3]
 
 

@@ -11,7 +11,7 @@ from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer  # noqa: E402
 
 from mmrlvr.tiny import (  # noqa: E402
-    KINDS,
+    VISION_KINDS,
     QWEN_SPECIAL_TOKENS,
     build_tiny,
     build_tokenizer,
@@ -22,7 +22,7 @@ MESSAGES = [{"role": "user", "content": [
     {"type": "image"}, {"type": "text", "text": "How many shapes are in the image?"}]}]
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=VISION_KINDS)
 def tiny(request, tmp_path_factory):
     kind = request.param
     out = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "_")))

@@ -55,3 +55,4 @@ def build(specs: list[dict[str, Any]]) -> list[tuple[float, Objective]]:
 
 register("recycling", "mmrlvr.objectives.recycling:Recycling")
 register("pirl_consistency", "mmrlvr.objectives.pirl_consistency:PirlConsistency")
+register("pwsd", "mmrlvr.objectives.pwsd:PWSD")

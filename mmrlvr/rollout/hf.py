@@ -31,6 +31,7 @@ class HFRolloutEngine:
         t0 = time.perf_counter()
         n = 1 if params.greedy else params.n
         inputs = to_device(batch.inputs, policy.device, policy.dtype)
+        inputs = policy.adapter.generation_inputs(policy.base_model(), batch, inputs)
         prompt_len = inputs["input_ids"].shape[1]
         row_mask = inputs["attention_mask"].repeat_interleave(n, dim=0)             # [B*G, P]
         plan = None if params.greedy else make_plan(self.branching, len(batch), n)

@@ -8,7 +8,7 @@ bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 MM=.venv/bin/mmrlvr
 CFG=configs/quickstart.yaml
-$MM data shapes --out runs/shapes --n-train 2000 --n-test 200 --seed 0 > /dev/null
+$MM data shapes --out runs/shapes --families kind,count --n-train 2000 --n-test 300 --seed 0 > /dev/null
 $MM tiny qwen2.5-vl --out runs/tiny-qwen25vl --corpus runs/shapes/train.jsonl
 $MM sft $CFG "$@"
 $MM train $CFG "$@"

@@ -307,3 +307,14 @@ def test_grpo_loss_clip_fraction_counts_only_unmasked_tokens():
     loss, stats = grpo_loss(logp, torch.zeros_like(logp), t([1.0]), t([[1, 1, 0]]))
     assert stats["clip_frac"] == pytest.approx(0.5)
     close(loss, -(1.28 + 1.0) / 2, tol=1e-12)
+
+
+def test_zero_spread_group_has_exactly_zero_advantage_despite_rounding():
+    """Eight equal rewards of 0.9 (not exact in binary) must not leave rounding residues."""
+    from mmrlvr.algo import group_advantages
+
+    rewards = torch.tensor([[0.9] * 8, [0.9 * 1 + 0.1 * 1] * 7 + [0.1]], dtype=torch.float32)
+    for kind in ("grpo", "drgrpo"):
+        adv = group_advantages(rewards, kind)
+        assert torch.equal(adv[0], torch.zeros(8))
+        assert (adv[1] != 0).all()

@@ -15,7 +15,11 @@ def group_advantages(rewards: torch.Tensor, kind: str = "grpo", eps: float = 1e-
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [B, G], got shape {tuple(rewards.shape)}")
     mean = rewards.mean(dim=1, keepdim=True)                     # [B, 1]
-    centred = rewards - mean                                     # [B, G]
+    # A group whose rewards are all equal carries no signal: its advantages are exactly 0.
+    # Without this, rounding in the mean of e.g. eight 0.9s leaves ~1e-8 residues that the
+    # GRPO division by (std + eps) blows up to advantages of ~0.05 on pure noise.
+    flat = rewards.max(dim=1, keepdim=True).values == rewards.min(dim=1, keepdim=True).values
+    centred = torch.where(flat, torch.zeros_like(rewards), rewards - mean)   # [B, G]
     if kind == "drgrpo":
         return centred
     if kind == "grpo":

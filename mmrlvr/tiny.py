@@ -339,6 +339,26 @@ def _processor(kind: str, tok, *, min_pixels: int, max_pixels: int):
                chat_template=QWEN2_VL_CHAT_TEMPLATE)
 
 
+def instantiate_and_save(model_cls, config, tok, processor, out: Path, seed: int):
+    """Seeded float32 random init on CPU (global RNG untouched), Qwen generation defaults
+    (eos <|im_end|>, pad/bos <|endoftext|>), then processor and model saved into `out`."""
+    import torch
+    from transformers import GenerationConfig
+
+    eot = tok.convert_tokens_to_ids("<|endoftext|>")
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    fork_devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=fork_devices):
+        torch.manual_seed(seed)
+        with torch.device("cpu"):
+            model = model_cls(config).to(torch.float32)
+    model.generation_config = GenerationConfig(bos_token_id=eot, eos_token_id=im_end, pad_token_id=eot)
+    model.eval()
+    processor.save_pretrained(str(out))
+    model.save_pretrained(str(out))
+    return model
+
+
 def build_tiny(
     kind: str,
     out_dir: str | Path,
@@ -366,8 +386,6 @@ def build_tiny(
     arguments size the audio encoder (`vision_depth` layers, `vision_width` wide) and
     `audio_window` is the feature window in seconds (`mmrlvr.tiny_audio.build_tiny_audio`).
     """
-    import torch
-    from transformers import GenerationConfig
 
     if kind not in KINDS:
         raise ValueError(f"unknown tiny kind {kind!r}; choose from {KINDS}")
@@ -392,18 +410,7 @@ def build_tiny(
     else:
         from transformers import Qwen2_5_VLForConditionalGeneration as model_cls
 
-    eot = tok.convert_tokens_to_ids("<|endoftext|>")
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    fork_devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=fork_devices):
-        torch.manual_seed(seed)
-        with torch.device("cpu"):
-            model = model_cls(config).to(torch.float32)
-    model.generation_config = GenerationConfig(bos_token_id=eot, eos_token_id=im_end, pad_token_id=eot)
-    model.eval()
-
-    processor.save_pretrained(str(out))
-    model.save_pretrained(str(out))
+    model = instantiate_and_save(model_cls, config, tok, processor, out, seed)
     n_params = sum(p.numel() for p in model.parameters())
     (out / "TINY.md").write_text(
         f"# Tiny {kind} (random weights)\n\n"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mmrlvr.tiny import QWEN_SPECIAL_TOKENS, build_tokenizer
+from mmrlvr.tiny import QWEN_SPECIAL_TOKENS, build_tokenizer, instantiate_and_save
 
 # Qwen2-Audio-7B-Instruct's chat template, verbatim: an entry counts as audio when it has an
 # "audio" (or "audio_url") key.
@@ -103,9 +103,6 @@ def build_tiny_audio(
     seed: int = 0,
 ) -> Path:
     """A tiny random-weight `qwen2-audio` or `qwen2.5-omni` (thinker) model dir in `out_dir`."""
-    import torch
-    from transformers import GenerationConfig
-
     if audio_width % 16:
         raise ValueError("audio_width must be a multiple of 16 (encoder head dim 16)")
     if kind not in ("qwen2-audio", "qwen2.5-omni"):
@@ -158,16 +155,7 @@ def build_tiny_audio(
             video_token_index=ids("<|VIDEO|>"), audio_start_token_id=ids("<|audio_bos|>"),
             audio_end_token_id=ids("<|audio_eos|>"), vision_start_token_id=ids("<|vision_bos|>"),
             vision_end_token_id=ids("<|vision_eos|>"), user_token_id=ids("<|im_start|>"))
-    eot, im_end = tok.convert_tokens_to_ids("<|endoftext|>"), tok.convert_tokens_to_ids("<|im_end|>")
-    fork_devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=fork_devices):
-        torch.manual_seed(seed)
-        with torch.device("cpu"):
-            model = model_cls(config).to(torch.float32)
-    model.generation_config = GenerationConfig(bos_token_id=eot, eos_token_id=im_end, pad_token_id=eot)
-    model.eval()
-    processor.save_pretrained(str(out))
-    model.save_pretrained(str(out))
+    model = instantiate_and_save(model_cls, config, tok, processor, out, seed)
     n_params = sum(p.numel() for p in model.parameters())
     (out / "TINY.md").write_text(
         f"# Tiny {kind} (random weights)\n\n"

@@ -35,6 +35,17 @@ class Objective(Protocol):
         """A scalar to add to the loss (None: nothing this step) and stats to log."""
 
 
+def sample_rows(rollouts: Any, max_rows: int, seed: int, step: int
+                ) -> tuple[list[int], torch.Generator]:
+    """Up to `max_rows` rollout rows with a non-empty completion, drawn reproducibly per step,
+    and the step's generator for any further draws (the global RNG, so resume, is untouched)."""
+    n = rollouts.completion_ids.shape[0]
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    rows = list(range(n)) if n <= max_rows else \
+        sorted(torch.randperm(n, generator=gen)[:max_rows].tolist())
+    return [r for r in rows if rollouts.completion_mask[r].sum() > 0], gen
+
+
 def register(name: str, target: str) -> None:
     """Make `build(name)` construct the class at `module:Class`."""
     _OBJECTIVES[name] = target

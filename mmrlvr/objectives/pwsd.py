@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from mmrlvr.objectives import sample_rows
 from modalities.base import select, to_device
 
 
@@ -85,11 +86,7 @@ class PWSD:
 
     def loss(self, ctx) -> tuple[torch.Tensor | None, dict[str, float]]:
         policy, rollouts = ctx.policy, ctx.rollouts
-        N = rollouts.completion_ids.shape[0]
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + ctx.step)
-        rows = list(range(N)) if N <= self.max_rows else \
-            sorted(torch.randperm(N, generator=gen)[:self.max_rows].tolist())
-        rows = [r for r in rows if rollouts.completion_mask[r].sum() > 0]
+        rows, _ = sample_rows(rollouts, self.max_rows, self.seed, ctx.step)
         if not rows:
             return None, {"rows": 0.0}
         batch = self.prepare(policy, rollouts, rows)

@@ -14,6 +14,7 @@ averaged by accelerate's DDP wrapper.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -258,7 +259,7 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
                 total_tokens=total_tokens, total_seqs=N)
             sync_now = k == len(micro) - 1
             with (acc.no_sync(policy.forward_model) if not sync_now and acc.num_processes > 1
-                  else _null()):
+                  else contextlib.nullcontext()):
                 acc.backward(loss)
             stats["loss/policy"].append(float(loss.detach()))
             stats["loss/clip_frac"].append(st["clip_frac"])
@@ -303,14 +304,6 @@ def _objective_losses(run: Run, rollouts, scores, advantages, step: int) -> dict
             out[f"objective/{objective.name}"] = float(loss.detach())
         out.update({f"objective/{objective.name}/{k}": v for k, v in st.items()})
     return out
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def run_eval(run: Run, progress: bool = False) -> dict[str, float]:

@@ -21,9 +21,31 @@ MAX_FILE_SIZE = "50mb"
 """Largest upload the server accepts (Gradio refuses bigger ones with a visible message)."""
 
 
+def model_modality(model: str) -> str:
+    """The adapter a model dir implies: `audio` for Qwen2-Audio / Qwen2.5-Omni, else `vision`.
+
+    (An image-translation model is a vision model: that adapter comes from the run config or
+    `--modality image_translation`.)
+    """
+    import json
+
+    path = Path(model).expanduser() / "config.json"
+    try:
+        config = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        config = {}
+    kind = " ".join([str(config.get("model_type", "")), *map(str, config.get("architectures") or [])])
+    return "audio" if "audio" in kind.lower() or "omni" in kind.lower() else "vision"
+
+
 def load_context(model: str | None = None, run: str | None = None, device: str = "auto",
-                 min_pixels: int | None = None, max_pixels: int | None = None) -> DemoContext:
-    """Load the model (if any) with the run's prompt settings and image size bounds."""
+                 min_pixels: int | None = None, max_pixels: int | None = None,
+                 modality: str | None = None) -> DemoContext:
+    """Load the model (if any) with the run's prompt settings and image size bounds.
+
+    The adapter is `modality` when given, else the run config's `model.modality`, else the one
+    the model's config implies (`model_modality`).
+    """
     cfg = run_config(run, model)
     data, mcfg = cfg.get("data") or {}, cfg.get("model") or {}
     ctx = DemoContext(model_path=model or "", run_dir=run or "",
@@ -40,7 +62,7 @@ def load_context(model: str | None = None, run: str | None = None, device: str =
 
         defaults = ModelConfig()
         config = ModelConfig(
-            path=model, modality=mcfg.get("modality") or "vision",
+            path=model, modality=modality or mcfg.get("modality") or model_modality(model),
             min_pixels=min_pixels or mcfg.get("min_pixels") or defaults.min_pixels,
             max_pixels=max_pixels or mcfg.get("max_pixels") or defaults.max_pixels)
         adapter = modalities.get(config.modality, min_pixels=config.min_pixels,
@@ -83,8 +105,8 @@ def launch(demo: Any, host: str = "127.0.0.1", port: int | None = 7860,
 
 def serve(model: str | None = None, run: str | None = None, host: str = "127.0.0.1",
           port: int = 7860, device: str = "auto", min_pixels: int | None = None,
-          max_pixels: int | None = None) -> int:
-    ctx = load_context(model, run, device, min_pixels, max_pixels)
+          max_pixels: int | None = None, modality: str | None = None) -> int:
+    ctx = load_context(model, run, device, min_pixels, max_pixels, modality)
     try:
         launch(build_demo(ctx), host=host, port=port, block=True)
     except OSError as err:  # the port is taken, or the host is not this machine's

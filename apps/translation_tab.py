@@ -1,31 +1,103 @@
 """Image translation: image + target language → erased background, HTML patch, rendered result.
 
-The tab checks its input, then says why it cannot translate: no model loaded, a model of another
-modality, or (for now) that the tab is not yet wired to `mmrlvr translate`'s pipeline.
+The pipeline of `mmrlvr translate` (`mmrlvr.translate`) on the loaded model: the model (loaded
+with the `image_translation` adapter; `mmrlvr demo --modality image_translation`) writes an HTML
+patch for the target language (greedy), the source text under the patch's boxes is erased
+(OpenCV inpainting) and the patch is drawn on the erased background (`compose`). A completion
+that is not a valid patch is shown as it is, with a message, and the image stays unchanged.
 """
 from __future__ import annotations
 
+from contextlib import closing
 from typing import Any
 
-from apps.common import DemoContext, UserError, explain, open_image
+from apps.common import DemoContext, UserError, explain, open_image, warn
 
-LANGUAGES = ["English", "Chinese", "French", "German", "Spanish", "Japanese"]
+LANGUAGES = ["English", "German", "French", "Spanish", "Russian", "Greek", "Chinese", "Japanese"]
+MAX_NEW_TOKENS = 512
+
+Result = tuple[Any, str, Any, str]
+"""(erased background, HTML patch, rendered result, status markdown)."""
 
 
-def translate(ctx: DemoContext, image: Any, language: str) -> tuple[Any, str, str, str]:
-    """The handler: (erased background, HTML patch, rendered HTML, status); never raises."""
+def language_code(language: str) -> str:
+    """A language name or code as the code the prompts know (`de` for German), else as given."""
+    from modalities.image_translation import LANGUAGES as CODES
+
+    language = language.strip()
+    by_name = {name.lower(): code for code, name in CODES.items()}
+    return by_name.get(language.lower(), language)
+
+
+def translate(ctx: DemoContext, image: Any, language: str,
+              max_new_tokens: int = MAX_NEW_TOKENS) -> Result:
+    """The handler: (erased background, HTML patch, rendered result, status); never raises."""
     try:
         if image is None:
             raise UserError("Upload an image first.")
-        open_image(image, "the image")
+        picture = open_image(image, "the image")
         if not (language or "").strip():
             raise UserError("Pick a target language.")
         reason = ctx.unavailable("image_translation", "Image translation")
         if reason:
-            return None, "", "", reason
-        raise UserError("Image translation is not wired to its adapter yet.")
+            return None, "", None, reason
+        return _run(ctx, picture, language_code(language), int(max_new_tokens))
     except Exception as err:  # noqa: BLE001 — shown in the status box; the server keeps serving
-        return None, "", "", explain(err)
+        message = explain(err)
+        if not isinstance(err, UserError):
+            warn(message)
+        return None, "", None, message
+
+
+def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Result:
+    import time
+
+    from apps.vision_tab import stream_completion
+    from mmrlvr.patch import Patch, PatchError, parse, to_html
+    from mmrlvr.translate import compose
+    from modalities.image_translation import language_name, make_example
+    from rewards.translation import extract_patch
+
+    policy = ctx.policy
+    try:
+        resized = policy.adapter.load_image(picture, None)
+    except ValueError as err:  # qwen-vl-utils refuses extreme aspect ratios
+        raise UserError(f"the image cannot be resized for the model: {err}") from None
+    example = make_example(resized, lang, id="demo")
+    t0 = time.perf_counter()
+    text, n_tokens = "", 0
+    with ctx.lock:
+        stream = stream_completion(policy, example, sample=False, temperature=1.0,
+                                   max_new_tokens=max_new_tokens,
+                                   system_prompt=ctx.system_prompt)
+        with closing(stream):
+            for text, n_tokens in stream:
+                pass
+    seconds = time.perf_counter() - t0
+    raw = extract_patch(text)
+    error = None
+    try:
+        if raw is None:
+            raise PatchError("the completion holds no patch (empty, or an unclosed <answer>)")
+        patch = parse(raw)
+    except PatchError as err:
+        error, patch = str(err), Patch([], *picture.size)
+    if patch.width is None or patch.height is None:
+        patch = Patch(patch.boxes, *picture.size)
+    erased, _, final = compose(picture, patch)
+    size = f"{picture.width}×{picture.height}"
+    if resized.size != picture.size:
+        size += f" → model sees {resized.width}×{resized.height}"
+    done = f"{n_tokens} tokens in {seconds:.1f} s, image {size}"
+    if error is not None:
+        shown = ("<!-- the model's completion is not a valid HTML patch; it is shown as written "
+                 "-->\n" + (text or "(empty completion)"))
+        status = (f"⚠ The model's answer is not a valid HTML patch ({error}); the erased and "
+                  f"rendered images are the original, unchanged. ({done})")
+        return erased, shown, final, status
+    status = (f"✓ done: {len(patch.boxes)} text box{'es' if len(patch.boxes) != 1 else ''} "
+              f"translated into {language_name(lang)} ({done})")
+    return erased, to_html(patch, indent=True), final, status
 
 
 def build(ctx: DemoContext) -> None:
@@ -36,17 +108,21 @@ def build(ctx: DemoContext) -> None:
         gr.Markdown(f"**{reason}**", elem_id="translation-unavailable")
     with gr.Row():
         with gr.Column():
-            image = gr.File(label="image with text", file_types=["image"])
-            language = gr.Dropdown(LANGUAGES, value="English", label="target language")
-            submit = gr.Button("Translate", variant="primary")
+            image = gr.File(label="image with text", file_types=["image"],
+                            elem_id="translation-image")
+            language = gr.Dropdown(LANGUAGES, value="English", label="target language",
+                                   allow_custom_value=True)
+            max_new = gr.Slider(16, 2048, value=MAX_NEW_TOKENS, step=16, label="max new tokens")
+            submit = gr.Button("Translate", variant="primary", elem_id="translation-submit",
+                               interactive=reason is None)
         with gr.Column():
-            status = gr.Markdown()
-            erased = gr.Image(label="erased background", interactive=False)
+            status = gr.Markdown(elem_id="translation-status")
+            erased = gr.Image(label="erased background", interactive=False, type="pil")
             patch = gr.Code(label="HTML patch", language="html")
-            rendered = gr.HTML(label="rendered result")
+            rendered = gr.Image(label="rendered result", interactive=False, type="pil")
 
-    def on_translate(image, language):
-        return translate(ctx, image, language)
+    def on_translate(image, language, max_new):
+        return translate(ctx, image, language, max_new)
 
-    submit.click(on_translate, [image, language], [erased, patch, rendered, status],
+    submit.click(on_translate, [image, language, max_new], [erased, patch, rendered, status],
                  api_name="translate")

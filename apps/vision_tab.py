@@ -46,7 +46,11 @@ class _Stop:
 def stream_completion(policy: Any, example: Example, *, sample: bool, temperature: float,
                       max_new_tokens: int, system_prompt: str = "",
                       format_prompt: str = "") -> Iterator[tuple[str, int]]:
-    """Yield (completion text so far, tokens generated) as it grows (one prompt)."""
+    """Yield (completion text so far, tokens generated) as it grows (one prompt, any adapter).
+
+    The prompt goes through the adapter's `encode` and `generation_inputs` as in the `hf` rollout
+    engine (the audio adapter encodes the clip once and hands `generate` its `inputs_embeds`).
+    """
     from transformers import StoppingCriteriaList, TextIteratorStreamer
 
     batch = policy.adapter.encode([example], policy.processor, system_prompt=system_prompt,
@@ -74,6 +78,12 @@ def stream_completion(policy: Any, example: Example, *, sample: bool, temperatur
 
     was_training = policy.model.training
     policy.model.eval()
+    try:
+        with torch.no_grad():
+            inputs = policy.adapter.generation_inputs(policy.base_model(), batch, inputs)
+    except BaseException:
+        policy.model.train(was_training)
+        raise
     thread = threading.Thread(target=run, name="demo-generate", daemon=True)
     thread.start()
     text = ""

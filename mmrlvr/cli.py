@@ -180,7 +180,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from apps.launcher import serve
 
     return serve(model=args.model, run=args.run, host=args.host, port=args.port,
-                 device=args.device, min_pixels=args.min_pixels, max_pixels=args.max_pixels)
+                 device=args.device, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
+                 modality=args.modality)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -272,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     g.add_argument("--min-pixels", type=int, help="default: the run config's, else 56*56")
     g.add_argument("--max-pixels", type=int, help="default: the run config's, else 112*112")
+    g.add_argument("--modality", choices=["vision", "audio", "image_translation"],
+                   help="adapter to load the model with (default: the run config's, else audio "
+                   "for an audio model, else vision)")
     g.set_defaults(fn=cmd_demo)
 
     x = sub.add_parser("translate", help="translate the text in an image: erased background, "

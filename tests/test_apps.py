@@ -161,7 +161,7 @@ def test_tabs_without_a_model_say_why(image):
     assert list(vision_tab.answer(empty, [image], "q"))[-1][4] == NO_MODEL
     assert robustness_tab.run(empty, image, "q")[2] == NO_MODEL
     silent_free = (16000, (np.sin(np.arange(16000) / 5) * 8000).astype(np.int16))
-    assert audio_tab.answer(empty, silent_free, "What is it?")[3] == NO_MODEL
+    assert list(audio_tab.answer(empty, silent_free, "What is it?"))[-1][3] == NO_MODEL
     assert translation_tab.translate(empty, image, "French")[3] == NO_MODEL
 
 
@@ -174,10 +174,11 @@ def test_audio_input_checks(ctx):
     cases = [(None, "Upload or record"), ((rate, np.zeros(rate, np.int16)), "silent"),
              ((rate, np.tile(tone, 31)), "31 s long"), ((rate, tone[:0]), "empty")]
     for audio, expected in cases:
-        assert expected in audio_tab.answer(ctx, audio, "What is it?")[3]
-    assert "Type a question" in audio_tab.answer(ctx, (rate, tone), " ")[3]
+        (only,) = audio_tab.answer(ctx, audio, "What is it?")
+        assert expected in only[3]
+    assert "Type a question" in list(audio_tab.answer(ctx, (rate, tone), " "))[-1][3]
     assert "needs a model loaded with the `audio` adapter" in \
-        audio_tab.answer(ctx, (rate, tone), "What?")[3]
+        list(audio_tab.answer(ctx, (rate, tone), "What?"))[-1][3]
 
 
 def test_translation_checks_the_image_then_says_why(ctx, image, tmp_path):
@@ -269,7 +270,10 @@ def test_load_context_takes_prompts_and_pixels_from_the_run(tiny_vl, tmp_path):
     with pytest.raises(PolicyError, match="does not exist"):
         load_context(str(tmp_path / "no-such-model"))
     args = build_parser().parse_args(["demo", "--run", str(run), "--port", "0"])
-    assert args.fn is cmd_demo and args.model is None and args.port == 0
+    assert args.fn is cmd_demo and args.model is None and args.port == 0 and args.modality is None
+    args = build_parser().parse_args(["demo", "--model", str(tiny_vl), "--modality",
+                                      "image_translation"])
+    assert args.modality == "image_translation"
 
 
 def test_run_config_is_found_above_a_checkpoint(tmp_path):

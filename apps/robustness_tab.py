@@ -1,91 +1,83 @@
 """Robustness: one sample through every stress operator; answers in a table, flips marked.
 
-Operators are small, deterministic and meaning-preserving: image ones (Gaussian noise, blur,
-darker, brighter, rotation) act on the image the model sees (after resizing to the adapter's
-min/max pixels); text ones rewrite the question (a paraphrase, a change of question format).
-Every variant is answered greedily in one batch by the `hf` rollout engine. A *flip* is a variant
-whose extracted answer differs from the clean one's (compared by `rewards.verify.match`). The
-`mmrlvr stress` command will share these operators once it lands.
+The operators are the library's (`mmrlvr.stress_ops.OPERATORS`, the ones `mmrlvr stress` uses),
+applied with `stress_ops.apply(op, example, format_prompt, seed)`: every operator that applies to
+the sample runs, the rest (a `None` variant) are skipped — image operators need an image, the
+option operators and the task-altering `mc_to_open` need listed options with a gold answer, audio
+operators need audio. Image operators act on the image the model sees (after resizing to the
+adapter's min/max pixels). Every variant is answered greedily by the `hf` rollout engine, one
+batch per format instruction. A *flip* is a variant whose extracted answer differs from the clean
+one's (compared by `rewards.verify.match`; with options, a letter counts as its option's text,
+so a shuffle that moves the chosen option is no flip). Task-altering rows are marked as such.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-from PIL import Image, ImageEnhance, ImageFilter, ImageStat
+from PIL import Image
 
 from apps.common import DemoContext, UserError, check_question, explain, prepare_images, warn
 from mmrlvr.data import Example
+from mmrlvr.stress_ops import OPERATORS, Variant, apply, gold_index
+from mmrlvr.templates import with_options
 from rewards.verify import extract_answer, match
 
 TABLE_HEADERS = ["operator", "kind", "question", "answer", "correct", "flip", "completion"]
+KIND_LABELS = {"text": "text", "image": "image", "audio": "audio", "task": "task-altering"}
+SEED = 0
+MAX_CHOICES = 26
+_LABEL = re.compile(r"^\(?([A-Za-z])[.)]\s+")
 
 
-def gaussian_noise(img: Image.Image, sigma: float = 25.0, seed: int = 0) -> Image.Image:
-    """Additive N(0, sigma²) noise per channel on the 0-255 scale; seeded, so repeatable."""
-    arr = np.asarray(img, dtype=np.float32)
-    noisy = arr + np.random.default_rng(seed).normal(0.0, sigma, arr.shape)
-    return Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))
-
-
-def blur(img: Image.Image, radius: float = 2.0) -> Image.Image:
-    return img.filter(ImageFilter.GaussianBlur(radius))
-
-
-def darker(img: Image.Image, factor: float = 0.5) -> Image.Image:
-    return ImageEnhance.Brightness(img).enhance(factor)
-
-
-def brighter(img: Image.Image, factor: float = 1.5) -> Image.Image:
-    return ImageEnhance.Brightness(img).enhance(factor)
-
-
-def rotate(img: Image.Image, degrees: float = 15.0) -> Image.Image:
-    """Rotate in place (same size); the uncovered corners take the image's mean colour."""
-    fill = tuple(int(v) for v in ImageStat.Stat(img).mean[:3])
-    return img.rotate(degrees, resample=Image.Resampling.BILINEAR, fillcolor=fill)
-
-
-_PARAPHRASES: list[tuple[re.Pattern, str]] = [
-    (re.compile(pattern, re.IGNORECASE), template) for pattern, template in [
-        (r"^how many (.+?) (?:are|is) there\??$", r"What is the number of \1?"),
-        (r"^how many (.+?) (?:are|is) (in|on) (.+?)\??$", r"What is the number of \1 \2 \3?"),
-        (r"^is there (.+?) in the (image|picture)\??$", r"Does the \2 contain \1?"),
-        (r"^what colou?r is (.+?)\??$", r"Which colour is \1?"),
-        (r"^what (.+?) is in the (image|picture)\??$", r"Which \1 does the \2 show?"),
-    ]
-]
-
-
-def paraphrase(question: str) -> str:
-    """The same question in other words: a rewrite rule where one fits, else a lead-in phrase."""
-    q = question.strip()
-    for pattern, template in _PARAPHRASES:
-        if pattern.match(q):
-            return pattern.sub(template, q)
-    return f"Looking at the image, answer this question: {q[:1].lower()}{q[1:]}"
-
-
-def question_format(question: str) -> str:
-    """The same question in another layout: a `Question:` label with the text on its own line."""
-    return f"Question:\n{question.strip()}"
-
-
-IMAGE_OPS: dict[str, Callable[[Image.Image], Image.Image]] = {
-    "gaussian_noise": gaussian_noise, "blur": blur, "darker": darker, "brighter": brighter,
-    "rotate": rotate}
-TEXT_OPS: dict[str, Callable[[str], str]] = {"paraphrase": paraphrase, "format": question_format}
-
-
-def variants(images: list[Image.Image], question: str) -> list[tuple[str, str, list, str]]:
-    """(operator, kind, images, question) for the clean sample and every operator."""
-    out = [("clean", "-", images, question)]
-    out += [(name, "image", [op(img) for img in images], question)
-            for name, op in IMAGE_OPS.items()]
-    out += [(name, "text", images, op(question)) for name, op in TEXT_OPS.items()]
+def parse_choices(choices: Any) -> list[str] | None:
+    """Options typed one per line (a leading `A.` / `(A)` label of their own letter dropped);
+    None when there are none."""
+    if isinstance(choices, str):
+        choices = choices.splitlines()
+    out = []
+    for i, c in enumerate(c for c in (str(c).strip() for c in (choices or [])) if c):
+        m = _LABEL.match(c)
+        if m and m.group(1).upper() == chr(65 + i) and c[m.end():].strip():
+            c = c[m.end():].strip()
+        out.append(c)
+    if not out:
+        return None
+    if len(out) < 2:
+        raise UserError("List at least two options (one per line), or none.")
+    if len(out) > MAX_CHOICES:
+        raise UserError(f"{len(out)} options listed; at most {MAX_CHOICES} (A–Z).")
     return out
+
+
+def make_example(images: list[Image.Image], question: str, gold: str = "",
+                 choices: list[str] | None = None) -> Example:
+    """The clean sample: options listed under the question as training and `mmrlvr stress` do."""
+    ex = Example(id="demo", prompt=with_options(question, choices), answer=gold or "-",
+                 images=list(images), choices=choices)
+    if choices and gold_index(ex) is None:
+        raise UserError("With options, give the gold answer as an option's letter or its text "
+                        f"(got {gold!r}).")
+    return ex
+
+
+def variants(example: Example, format_prompt: str = "", seed: int = SEED
+             ) -> list[tuple[str, str, Variant]]:
+    """(operator, kind, variant) for the clean sample and every operator that applies to it."""
+    out = [("clean", "-", Variant(example, format_prompt))]
+    for name, op in OPERATORS.items():
+        v = apply(op, example, format_prompt, seed)
+        if v is not None:
+            out.append((name, KIND_LABELS.get(op.kind, op.kind), v))
+    return out
+
+
+def canonical(answer: str | None, choices: list[str] | None) -> str | None:
+    """An answer as the option it names (letter or text) where it names exactly one."""
+    if answer is None or not choices:
+        return answer
+    hits = [c for i, c in enumerate(choices) if match(answer, chr(65 + i), choices)]
+    return hits[0] if len(hits) == 1 else answer
 
 
 def _same(a: str | None, b: str | None) -> bool:
@@ -94,47 +86,74 @@ def _same(a: str | None, b: str | None) -> bool:
     return match(a, b) or match(b, a)
 
 
-def table(cases: list[tuple[str, str, str]], texts: list[str], gold: str = ""
+def table(cases: list[tuple[str, str, Variant]], texts: list[str], gold: str = ""
           ) -> tuple[list[list[Any]], int]:
-    """Table rows for (operator, kind, question) cases and their completions (clean first),
-    and how many flipped."""
+    """Table rows for (operator, kind, variant) cases and their completions (clean first), and
+    how many flipped the clean answer. `correct` is scored against each variant's own gold
+    (remapped by option shuffles, the option text for `mc_to_open`) when a gold is given."""
     answers = [extract_answer(t) for t in texts]
+    meant = [canonical(a, v.example.choices) for (_, _, v), a in zip(cases, answers)]
+    clean_fmt = cases[0][2].format_prompt
     rows, flips = [], 0
-    for (name, kind, q), text, ans in zip(cases, texts, answers):
-        flipped = name != "clean" and not _same(ans, answers[0])
+    for (name, kind, v), text, ans, sense in zip(cases, texts, answers, meant):
+        flipped = name != "clean" and not _same(sense, meant[0])
         flips += flipped
-        correct = ("✓" if ans is not None and match(ans, gold) else "✗") if gold else ""
-        rows.append([name, kind, q, ans if ans is not None else "(none)", correct,
+        correct = ""
+        if gold:
+            ok = ans is not None and match(ans, v.example.answer, v.example.choices)
+            correct = "✓" if ok else "✗"
+        shown = v.example.prompt
+        if v.format_prompt != clean_fmt:
+            shown += f"\n[format instruction: {v.format_prompt}]"
+        rows.append([name, kind, shown, ans if ans is not None else "(none)", correct,
                      "⚠ flip" if flipped else "", text[:120]])
     return rows, flips
 
 
+def answer_all(ctx: DemoContext, cases: list[tuple[str, str, Variant]], max_new_tokens: int
+               ) -> list[str]:
+    """Greedy completions for every case, in order; one batch per format instruction."""
+    from mmrlvr.rollout import SamplingParams, make_engine
+
+    policy = ctx.policy
+    engine = make_engine("hf", policy)
+    groups: dict[str, list[int]] = {}
+    for i, (_, _, v) in enumerate(cases):
+        groups.setdefault(v.format_prompt, []).append(i)
+    texts = [""] * len(cases)
+    for fmt, idx in groups.items():
+        batch = policy.adapter.encode([cases[i][2].example for i in idx], policy.processor,
+                                      system_prompt=ctx.system_prompt, format_prompt=fmt)
+        out = engine.generate(batch, SamplingParams(max_new_tokens=int(max_new_tokens),
+                                                    greedy=True))
+        for i, text in zip(idx, out.texts):
+            texts[i] = text
+    return texts
+
+
 def run(ctx: DemoContext, files: Any, question: str, gold: str = "",
-        max_new_tokens: int = 64) -> tuple[list[list[Any]], list[tuple[Image.Image, str]], str]:
+        max_new_tokens: int = 64, choices: Any = ""
+        ) -> tuple[list[list[Any]], list[tuple[Image.Image, str]], str]:
     """The Robustness handler: (table rows, images with captions, status); never raises."""
     reason = ctx.unavailable("vision", "Robustness")
     if reason:
         return [], [], reason
     try:
-        from mmrlvr.rollout import SamplingParams, make_engine
-
-        policy = ctx.policy
         question = check_question(question)
-        images, _ = prepare_images(policy, files)
+        options = parse_choices(choices)
+        images, _ = prepare_images(ctx.policy, files)
         gold = (gold or "").strip()
-        cases = variants(images, question)
-        examples = [Example(id=name, prompt=q, answer=gold or "-", images=imgs)
-                    for name, _, imgs, q in cases]
+        cases = variants(make_example(images, question, gold, options), ctx.format_prompt)
         with ctx.lock:
-            batch = policy.adapter.encode(examples, policy.processor,
-                                          system_prompt=ctx.system_prompt,
-                                          format_prompt=ctx.format_prompt)
-            out = make_engine("hf", policy).generate(
-                batch, SamplingParams(max_new_tokens=int(max_new_tokens), greedy=True))
-        rows, flips = table([(name, kind, q) for name, kind, _, q in cases], out.texts, gold)
-        gallery = [(imgs[0], name) for name, kind, imgs, _ in cases if kind in ("-", "image")]
+            texts = answer_all(ctx, cases, max_new_tokens)
+        rows, flips = table(cases, texts, gold)
+        gallery = [(v.example.images[0], name) for name, kind, v in cases
+                   if kind in ("-", "image") and v.example.images]
+        skipped = len(OPERATORS) - (len(cases) - 1)
+        n_task = sum(kind == KIND_LABELS["task"] for _, kind, _ in cases)
         status = (f"✓ {len(cases) - 1} operators, {flips} flipped the clean answer "
-                  f"(clean answer: {rows[0][3]}).")
+                  f"(clean answer: {rows[0][3]}); {skipped} did not apply to this sample")
+        status += f"; {n_task} task-altering." if n_task else "."
         return rows, gallery, status
     except Exception as err:  # noqa: BLE001 — shown in the status box; the server keeps serving
         message = explain(err)
@@ -149,14 +168,19 @@ def build(ctx: DemoContext) -> None:
     reason = ctx.unavailable("vision", "Robustness")
     if reason:
         gr.Markdown(f"**{reason}**")
-    gr.Markdown("One sample through every stress operator: "
-                f"image — {', '.join(IMAGE_OPS)}; text — {', '.join(TEXT_OPS)}. "
-                "Greedy answers; a flip is an answer that differs from the clean one.")
+    by_kind: dict[str, list[str]] = {}
+    for name, op in OPERATORS.items():
+        by_kind.setdefault(KIND_LABELS.get(op.kind, op.kind), []).append(name)
+    listing = "; ".join(f"{kind} — {', '.join(names)}" for kind, names in by_kind.items())
+    gr.Markdown("One sample through every stress operator of `mmrlvr stress` that applies to it "
+                f"({listing}). Option operators need options and a gold answer. Greedy answers; "
+                "a flip is an answer that differs from the clean one.")
     with gr.Row():
         with gr.Column(scale=1):
             image = gr.File(label="image", file_types=["image"], elem_id="robust-file")
             question = gr.Textbox(label="question", lines=2)
-            gold = gr.Textbox(label="gold answer (optional)")
+            gold = gr.Textbox(label="gold answer (optional; needed with options)")
+            options = gr.Textbox(label="options (optional, one per line)", lines=3)
             max_new = gr.Slider(8, 1024, value=64, step=8, label="max new tokens")
             submit = gr.Button("Run every operator", variant="primary",
                                interactive=reason is None)
@@ -164,12 +188,12 @@ def build(ctx: DemoContext) -> None:
             status = gr.Markdown()
             table = gr.Dataframe(headers=TABLE_HEADERS, label="answers", interactive=False,
                                  wrap=True, max_height=600,
-                                 column_widths=["13%", "7%", "25%", "13%", "8%", "8%", "26%"])
-            gallery = gr.Gallery(label="what the model saw", columns=6, height=200,
+                                 column_widths=["13%", "9%", "25%", "13%", "7%", "7%", "26%"])
+            gallery = gr.Gallery(label="what the model saw", columns=7, height=200,
                                  object_fit="contain")
 
-    def on_run(image, question, gold, max_new):
-        return run(ctx, image, question, gold, max_new)
+    def on_run(image, question, gold, options, max_new):
+        return run(ctx, image, question, gold, max_new, options)
 
-    submit.click(on_run, [image, question, gold, max_new], [table, gallery, status],
+    submit.click(on_run, [image, question, gold, options, max_new], [table, gallery, status],
                  api_name="robustness")

@@ -190,50 +190,97 @@ def test_translation_checks_the_image_then_says_why(ctx, image, tmp_path):
         translation_tab.translate(ctx, image, "French")[3]
 
 
-def test_robustness_runs_every_operator_in_one_table(ctx, image):
+def test_robustness_runs_every_applicable_operator_in_one_table(ctx, image):
+    from mmrlvr.stress_ops import OPERATORS
+
     rows, gallery, status = robustness_tab.run(ctx, image, "How many shapes are in the image?",
                                                gold="2", max_new_tokens=8)
     names = [r[0] for r in rows]
-    assert names == ["clean", *robustness_tab.IMAGE_OPS, *robustness_tab.TEXT_OPS]
+    image_ops = [n for n, op in OPERATORS.items() if op.kind == "image"]
+    # an image but no options: every image op and the option-free text ops; no option, audio or
+    # task-altering op, and no rule paraphrases this question
+    expected = [n for n, op in OPERATORS.items() if op.kind == "image" or n in
+                ("template_swap", "format_instruction", "irrelevant_context")]
+    assert names == ["clean", *[n for n in OPERATORS if n in expected]]
     assert len(rows[0]) == len(robustness_tab.TABLE_HEADERS)
-    assert status.startswith("✓ 7 operators")
+    assert status.startswith(f"✓ {len(expected)} operators")
+    assert f"{len(OPERATORS) - len(expected)} did not apply" in status
     assert {r[4] for r in rows} <= {"✓", "✗"}
-    assert rows[names.index("paraphrase")][2] == "What is the number of shapes in the image?"
-    assert [c for _, c in gallery] == ["clean", *robustness_tab.IMAGE_OPS]
+    assert {r[1] for r in rows[1:]} == {"text", "image"}
+    assert rows[0][2] == "How many shapes are in the image?"
+    assert "[format instruction:" in rows[names.index("format_instruction")][2]
+    assert rows[names.index("irrelevant_context")][2].endswith("How many shapes are in the image?")
+    assert [c for _, c in gallery] == ["clean", *image_ops]
     assert all(img.size == gallery[0][0].size for img, _ in gallery)
+    assert not np.array_equal(np.asarray(gallery[0][0]), np.asarray(gallery[1][0]))
+    flips = int(status.split(", ")[1].split()[0])
+    assert flips == sum(r[5] == "⚠ flip" for r in rows)
     assert "Type a question" in robustness_tab.run(ctx, image, "")[2]
+    assert "Upload an image" in robustness_tab.run(ctx, None, "How many?")[2]
+
+
+def test_robustness_with_options_runs_the_option_and_task_altering_operators(ctx, image):
+    from mmrlvr.stress_ops import OPERATORS
+
+    rows, gallery, status = robustness_tab.run(
+        ctx, image, "Which shape is shown?", gold="B", max_new_tokens=8,
+        choices="A. circle\nB. square\nC. triangle")
+    names = [r[0] for r in rows]
+    assert names == ["clean", *[n for n, op in OPERATORS.items()
+                                if op.kind != "audio" and n != "paraphrase"]]
+    assert rows[0][2] == "Which shape is shown?\nA. circle\nB. square\nC. triangle"
+    kinds = dict(zip(names, (r[1] for r in rows)))
+    assert kinds["mc_to_open"] == "task-altering" and kinds["option_shuffle"] == "text"
+    assert rows[names.index("mc_to_open")][2] == "Which shape is shown?"
+    assert "1 task-altering" in status and len(gallery) == 7
+    for bad, why in [("only one", "at least two options"), ("A. x\nB. y", "gold answer")]:
+        assert why in robustness_tab.run(ctx, image, "Which?", gold="Q", choices=bad)[2]
 
 
 def test_robustness_table_marks_flips_against_the_clean_answer():
-    cases = [("clean", "-", "q"), ("blur", "image", "q"), ("darker", "image", "q"),
-             ("format", "text", "q")]
+    from mmrlvr.stress_ops import OPERATORS, Variant, apply
+
+    ex = Example(id="t", prompt="q", answer="3")
+    cases = [("clean", "-", Variant(ex, "")), ("blur", "image", Variant(ex, "")),
+             ("crop", "image", Variant(ex, "")), ("format_instruction", "text", Variant(ex, "F"))]
     texts = ["<answer>3</answer>", "<answer>3.0</answer>", "<answer>4</answer>", "no idea"]
     rows, flips = robustness_tab.table(cases, texts, gold="3")
     assert flips == 2
     assert [r[5] for r in rows] == ["", "", "⚠ flip", "⚠ flip"]
     assert [r[4] for r in rows] == ["✓", "✓", "✗", "✗"]
-    assert rows[3][3] == "(none)"
+    assert rows[3][3] == "(none)" and rows[3][2] == "q\n[format instruction: F]"
+    # the flip is against the clean answer, not the gold: a wrong clean answer kept is no flip
+    rows, flips = robustness_tab.table(cases, ["<answer>4</answer>"] * 4, gold="3")
+    assert flips == 0 and [r[4] for r in rows] == ["✗"] * 4
+    # with options, the chosen option counts, not its letter: a shuffle that moves the option
+    # the model keeps choosing is no flip, and a letter kept after the shuffle is one
+    mc = Example(id="m", prompt=robustness_tab.with_options("Which?", ["cat", "dog", "cow"]),
+                 answer="A", choices=["cat", "dog", "cow"])
+    shuffled = apply(OPERATORS["option_shuffle"], mc, "")
+    new_letter = chr(65 + shuffled.example.choices.index("cat"))
+    cases = [("clean", "-", Variant(mc, "")), ("option_shuffle", "text", shuffled),
+             ("option_shuffle", "text", shuffled)]
+    rows, flips = robustness_tab.table(
+        cases, ["<answer>A</answer>", f"<answer>{new_letter}</answer>", "<answer>A</answer>"],
+        gold="A")
+    assert flips == 1 and [r[5] for r in rows] == ["", "", "⚠ flip"]
+    assert [r[4] for r in rows] == ["✓", "✓", "✗"]
 
 
-def test_image_operators_are_deterministic_and_keep_the_size():
+def test_robustness_uses_the_library_operators_only_where_they_apply():
     img = Image.new("RGB", (56, 56), (120, 120, 120))
-    for name, op in robustness_tab.IMAGE_OPS.items():
-        out = op(img)
-        assert out.size == img.size and out.mode == "RGB", name
-    noisy = np.asarray(robustness_tab.gaussian_noise(img), dtype=float)
-    assert noisy.std() == pytest.approx(25, rel=0.1)
-    assert np.array_equal(noisy, np.asarray(robustness_tab.gaussian_noise(img), dtype=float))
-    assert np.asarray(robustness_tab.darker(img)).mean() == pytest.approx(60, abs=1)
-
-
-def test_text_operators_keep_the_question():
-    assert robustness_tab.paraphrase("How many blue shapes are there?") == \
-        "What is the number of blue shapes?"
-    assert robustness_tab.paraphrase("Is there a green triangle in the image?") == \
-        "Does the image contain a green triangle?"
-    odd = robustness_tab.paraphrase("Is the red circle on the left or the right?")
-    assert odd.endswith("is the red circle on the left or the right?") and odd.startswith("Looking")
-    assert robustness_tab.question_format(" How many? ") == "Question:\nHow many?"
+    assert not hasattr(robustness_tab, "IMAGE_OPS") and not hasattr(robustness_tab, "TEXT_OPS")
+    ex = robustness_tab.make_example([img], "How many shapes are there?")
+    cases = robustness_tab.variants(ex, "Put the answer in <answer></answer>.")
+    kinds = {name: kind for name, kind, _ in cases}
+    assert "option_shuffle" not in kinds and "mc_to_open" not in kinds and "noise_snr" not in kinds
+    assert all(v.example.images[0].size == img.size for _, _, v in cases)
+    again = robustness_tab.variants(ex, "Put the answer in <answer></answer>.")
+    assert [v.example.prompt for *_, v in cases] == [v.example.prompt for *_, v in again]
+    no_image = robustness_tab.variants(robustness_tab.make_example([], "How many?"))
+    assert {kind for _, kind, _ in no_image} == {"-", "text"}
+    assert robustness_tab.parse_choices("A. cat\n\n(B) dog\nE. coli") == ["cat", "dog", "E. coli"]
+    assert robustness_tab.parse_choices("  \n") is None
 
 
 def test_monitor_reads_curves_while_the_run_writes(tmp_path):
@@ -334,9 +381,10 @@ def test_client_calls_every_tab(served, image, tmp_path):
     assert "Gold: `3`" in verdict_md
     assert [r[0] for r in breakdown["data"]][:2] == ["overall (weighted sum)", "accuracy"]
     assert len(client.predict([handle_file(image)], api_name="/vision_preview")) == 1
-    table, gallery, status = client.predict(handle_file(image), "How many shapes?", "", 8,
+    table, gallery, status = client.predict(handle_file(image), "How many shapes?", "", "", 8,
                                             api_name="/robustness")
-    assert len(table["data"]) == 8 and len(gallery) == 6 and status.startswith("✓")
+    # clean + 6 image ops + template_swap, format_instruction, irrelevant_context
+    assert len(table["data"]) == 10 and len(gallery) == 7 and status.startswith("✓ 9 operators")
     *plots, status = client.predict(str(run), api_name="/monitor")
     assert "step 6 / 12" in status and len(plots) == 4
     assert "needs a model loaded with the `audio` adapter" in client.predict(

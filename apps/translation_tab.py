@@ -53,10 +53,9 @@ def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Resu
     import time
 
     from apps.vision_tab import stream_completion
-    from mmrlvr.patch import Patch, PatchError, parse, to_html
-    from mmrlvr.translate import compose
+    from mmrlvr.patch import to_html
+    from mmrlvr.translate import compose, patch_from_completion
     from modalities.image_translation import language_name, make_example
-    from rewards.translation import extract_patch
 
     policy = ctx.policy
     try:
@@ -74,16 +73,7 @@ def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Resu
             for text, n_tokens in stream:
                 pass
     seconds = time.perf_counter() - t0
-    raw = extract_patch(text)
-    error = None
-    try:
-        if raw is None:
-            raise PatchError("the completion holds no patch (empty, or an unclosed <answer>)")
-        patch = parse(raw)
-    except PatchError as err:
-        error, patch = str(err), Patch([], *picture.size)
-    if patch.width is None or patch.height is None:
-        patch = Patch(patch.boxes, *picture.size)
+    patch, error = patch_from_completion(text, picture.size)
     erased, _, final = compose(picture, patch)
     size = f"{picture.width}×{picture.height}"
     if resized.size != picture.size:

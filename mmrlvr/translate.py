@@ -47,6 +47,23 @@ def output_paths(out: str | Path) -> dict[str, Path]:
             "html": Path(f"{stem}.patch.html"), "json": Path(f"{stem}.json")}
 
 
+
+def patch_from_completion(text: str, size: tuple[int, int]) -> tuple[Patch, str | None]:
+    """The patch a completion holds, sized to the picture when it names no size, and the reason
+    it holds none (an empty patch is returned then, so callers can still compose)."""
+    from rewards.translation import extract_patch
+
+    raw = extract_patch(text)
+    try:
+        if raw is None:
+            raise PatchError("the completion holds no patch (empty, or an unclosed <answer>)")
+        patch, error = parse(raw), None
+    except PatchError as err:
+        patch, error = Patch([], *size), str(err)
+    if patch.width is None or patch.height is None:
+        patch = Patch(patch.boxes, *size)
+    return patch, error
+
 def translate(model: str, image: str | Path, lang: str, out: str | Path, *,
               source_lang: str | None = None, source_patch: str | Path | None = None,
               method: str = "opencv", inpaint_model: str | None = None,
@@ -59,7 +76,6 @@ def translate(model: str, image: str | Path, lang: str, out: str | Path, *,
     from mmrlvr.rollout import make_engine
     from mmrlvr.rollout.base import SamplingParams
     from modalities.image_translation import make_example
-    from rewards.translation import extract_patch
 
     t0 = time.perf_counter()
     paths = output_paths(out)
@@ -76,16 +92,7 @@ def translate(model: str, image: str | Path, lang: str, out: str | Path, *,
     completion = rollout.texts[0]
     t1 = time.perf_counter()
 
-    error = None
-    raw = extract_patch(completion)
-    try:
-        if raw is None:
-            raise PatchError("the completion holds no patch (empty, or an unclosed <answer>)")
-        patch = parse(raw)
-    except PatchError as err:
-        error, patch = str(err), Patch([], *picture.size)
-    if patch.width is None or patch.height is None:
-        patch = Patch(patch.boxes, *picture.size)
+    patch, error = patch_from_completion(completion, picture.size)
     known = parse(Path(source_patch).read_text()) if source_patch else None
     if known is not None and (known.width is None or known.height is None):
         known = Patch(known.boxes, *picture.size)

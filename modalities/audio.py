@@ -173,13 +173,8 @@ class AudioAdapter(Adapter):
                        n_audio: int | None = None) -> list[dict[str, Any]]:
         n = len(example.audios) if n_audio is None else n_audio
         # an "audio" key as well as the type: Qwen2-Audio-Instruct's template tests for the key
-        content: list[dict[str, Any]] = [{"type": "audio", "audio": f"audio-{k}"} for k in range(n)]
-        question = example.prompt if not format_prompt else f"{example.prompt} {format_prompt}"
-        content.append({"type": "text", "text": question})
-        messages = [{"role": "user", "content": content}]
-        if system_prompt:
-            messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})
-        return messages
+        return self.chat([{"type": "audio", "audio": f"audio-{k}"} for k in range(n)], example,
+                         system_prompt, format_prompt)
 
     def encode(self, examples: list[Example], processor: Any, system_prompt: str = "",
                format_prompt: str = "", **_: Any) -> PromptBatch:

@@ -36,6 +36,16 @@ class Adapter:
     def encode(self, examples: list[Example], processor: Any, **options: Any) -> PromptBatch:
         raise NotImplementedError
 
+    @staticmethod
+    def chat(media: list[dict[str, Any]], example: Example, system_prompt: str = "",
+             format_prompt: str = "") -> list[dict[str, Any]]:
+        """One user turn: the media items, then the question (+ format instruction)."""
+        question = example.prompt if not format_prompt else f"{example.prompt} {format_prompt}"
+        messages = [{"role": "user", "content": [*media, {"type": "text", "text": question}]}]
+        if system_prompt:
+            messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})
+        return messages
+
     def placeholder_ids(self, tokenizer: Any) -> list[int]:
         ids = []
         for tok in self.placeholder_tokens:

@@ -65,13 +65,8 @@ class VisionAdapter(Adapter):
 
     def build_messages(self, example: Example, system_prompt: str = "",
                        format_prompt: str = "") -> list[dict[str, Any]]:
-        content: list[dict[str, Any]] = [{"type": "image"} for _ in example.images]
-        question = example.prompt if not format_prompt else f"{example.prompt} {format_prompt}"
-        content.append({"type": "text", "text": question})
-        messages = [{"role": "user", "content": content}]
-        if system_prompt:
-            messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})
-        return messages
+        return self.chat([{"type": "image"} for _ in example.images], example, system_prompt,
+                         format_prompt)
 
     def encode(self, examples: list[Example], processor: Any, system_prompt: str = "",
                format_prompt: str = "", **_: Any) -> PromptBatch:

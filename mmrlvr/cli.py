@@ -101,42 +101,33 @@ def cmd_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
+    families = args.families.split(",") if args.families else None
+    common = dict(n_train=args.n_train, n_test=args.n_test, seed=args.seed)
     if args.task == "shapes":
         from modalities.shapes import make_shapes
 
-        families = args.families.split(",") if args.families else None
-        info = make_shapes(args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed,
-                           image_size=args.image_size, families=families)
-        print(json.dumps(info, indent=2))
-        return 0
-    if args.task == "medvqa":
+        info = make_shapes(args.out, image_size=args.image_size, families=families, **common)
+    elif args.task == "medvqa":
         from mmrlvr.loaders_medvqa import convert
         from modalities.medvqa import make_medvqa
 
-        families = args.families.split(",") if args.families else None
         info = convert(args.from_spec, args.out) if args.from_spec else make_medvqa(
-            args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed,
-            image_size=args.image_size, families=families)
-        print(json.dumps(info, indent=2))
-        return 0
-    if args.task == "tones":
+            args.out, image_size=args.image_size, families=families, **common)
+    elif args.task == "tones":
         from modalities.tones import convert, make_tones
 
-        families = args.families.split(",") if args.families else None
         info = convert(args.from_spec, args.out) if args.from_spec else make_tones(
-            args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed, families=families)
-        print(json.dumps(info, indent=2))
-        return 0
-    if args.task == "banners":
+            args.out, families=families, **common)
+    elif args.task == "banners":
         from modalities.banners import make_banners
 
-        pairs = args.families.split(",") if args.families else None
-        info = make_banners(args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed,
-                            width=2 * args.image_size, height=args.image_size, pairs=pairs)
-        print(json.dumps(info, indent=2))
-        return 0
-    print(f"unknown data task {args.task!r}", file=sys.stderr)
-    return 2
+        info = make_banners(args.out, width=2 * args.image_size, height=args.image_size,
+                            pairs=families, **common)
+    else:
+        print(f"unknown data task {args.task!r}", file=sys.stderr)
+        return 2
+    print(json.dumps(info, indent=2))
+    return 0
 
 
 def cmd_translate(args: argparse.Namespace) -> int:

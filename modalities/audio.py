@@ -41,7 +41,7 @@ import torch
 
 from mmrlvr.data import DataError, Example
 from mmrlvr.types import PromptBatch
-from modalities.base import Adapter, select
+from modalities.base import Adapter
 
 AUDIO_TOKEN = "<|AUDIO|>"
 LONG_AUDIO = ("truncate", "chunk")
@@ -233,10 +233,10 @@ class AudioAdapter(Adapter):
 
     def shared_media(self, model: torch.nn.Module, batch: PromptBatch, rows: list[int],
                      device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
-        distinct = [i for i in dict.fromkeys(rows) if batch.media_rows[i]]
-        if not distinct:
+        found = self.distinct_media(batch, rows)
+        if found is None:
             return None
-        inputs, media_rows = select(batch, distinct)
+        distinct, inputs, media_rows = found
         per_audio = audio_embeddings(model, inputs["input_features"].to(device, dtype),
                                      inputs["feature_attention_mask"].to(device))
         per_row = {i: per_audio[slice(*r["input_features"])] for i, r in zip(distinct, media_rows)}

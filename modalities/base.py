@@ -81,6 +81,17 @@ class Adapter:
         """`generate` kwargs for un-expanded prompts (default: the processed inputs as they are)."""
         return inputs
 
+    @staticmethod
+    def distinct_media(batch: PromptBatch, rows: list[int]
+                       ) -> tuple[list[int], dict[str, torch.Tensor], list[dict]] | None:
+        """The distinct prompts among `rows` that carry media, in first-seen order, with their
+        inputs cut out (`select`); None when no row has media. The start of `shared_media`."""
+        distinct = [i for i in dict.fromkeys(rows) if batch.media_rows[i]]
+        if not distinct:
+            return None
+        inputs, media_rows = select(batch, distinct)
+        return distinct, inputs, media_rows
+
     def training_inputs(self, inputs: dict[str, torch.Tensor], completion_ids: torch.Tensor,
                         completion_mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """Model kwargs for prompt ++ completion ([N, P+C]); media tensors unchanged."""

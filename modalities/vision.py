@@ -15,7 +15,7 @@ from PIL import Image
 
 from mmrlvr.data import DataError, Example
 from mmrlvr.types import PromptBatch
-from modalities.base import Adapter, select
+from modalities.base import Adapter
 
 
 class VisionAdapter(Adapter):
@@ -106,10 +106,10 @@ class VisionAdapter(Adapter):
                      device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
         from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-        distinct = [i for i in dict.fromkeys(rows) if batch.media_rows[i]]
-        if not distinct:
+        found = self.distinct_media(batch, rows)
+        if found is None:
             return None
-        inputs, media_rows = select(batch, distinct)
+        distinct, inputs, media_rows = found
         out = model.model.get_image_features(inputs["pixel_values"].to(device, dtype),
                                              inputs["image_grid_thw"].to(device), return_dict=True)
         per_image = out.pooler_output                                # one [tokens, D] per image

@@ -153,10 +153,34 @@ class TrainConfig:
     """`auto` (CUDA when present, else CPU), `cpu` or `cuda`."""
     eval_samples: int = 0
     """Extra sampled completions per held-out prompt for pass@k (0 = greedy only)."""
+    eval_reward: bool = False
+    """Also report eval/reward(/<part>): the configured rewards (a fresh copy) on greedy completions."""
     eval_batch: int = 32
     """Held-out prompts per generate call."""
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
+
+
+@dataclass
+class PWSDStageConfig:
+    """The PWSD stage `mmrlvr sft` runs after SFT (TransAnyText): on-policy self-distillation
+    from the privileged teacher, no policy-gradient term (the rewards are weighted 0 and only
+    logged)."""
+
+    steps: int = 0
+    """PWSD steps (0: SFT only)."""
+    lr: float = 1e-4
+    """Peak learning rate."""
+    alpha: float = 1.0
+    """Gap sharpness in w_t = σ(α·gap_t) (METHODS.md)."""
+    max_rows: int = 16
+    """Student rollouts distilled per step."""
+    batch_prompts: int = 8
+    """Prompts per step."""
+    group_size: int = 2
+    """Student samples per prompt."""
+    out_dir: str = "runs/pwsd"
+    """Where the PWSD model and its run go (`OUT/final` is what GRPO starts from and keeps a KL to)."""
 
 
 @dataclass
@@ -173,6 +197,10 @@ class SFTConfig:
     """Linear warm-up steps."""
     out_dir: str = "runs/sft"
     """Where the warm-started model and its log go."""
+    privileged_fraction: float = 0.0
+    """Share of each batch shown the privileged teacher prompt (image_translation; for PWSD)."""
+    pwsd: PWSDStageConfig = field(default_factory=PWSDStageConfig)
+    """Optional PWSD stage after SFT."""
 
 
 @dataclass
@@ -287,6 +315,11 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"config key '{key}' is {value!r}; choose one of {list(allowed)}")
     if cfg.rollout.group_size < 2:
         raise ConfigError("config key 'rollout.group_size' must be >= 2 (GRPO compares a group)")
+    if not 0.0 <= cfg.sft.privileged_fraction <= 1.0:
+        raise ConfigError(f"config key 'sft.privileged_fraction' must be in [0, 1], got "
+                          f"{cfg.sft.privileged_fraction}")
+    if cfg.sft.pwsd.steps > 0 and cfg.sft.pwsd.group_size < 2:
+        raise ConfigError("config key 'sft.pwsd.group_size' must be >= 2")
     for i, spec in enumerate(cfg.rewards):
         if "name" not in spec:
             raise ConfigError(f"config key 'rewards[{i}]' needs a 'name'")

@@ -21,6 +21,20 @@ space the boxes live in (an image of another size scales them). Each box is a `<
 
 The box text is plain text (HTML entities decoded); nested tags are errors. Every error is a
 `PatchError` naming the box (1-based) and the property, and says what is allowed.
+
+Compact form. A box may also be written as a `<p>` with short attributes, for models whose
+tokenizer makes the full style string long (a tiny CPU model writes ~4x fewer tokens)::
+
+    <p x=12 y=8 w=200 h=30 s=22 f=serif b c=1a2b3c a=c>Sommerschlussverkauf</p>
+
+    x y w h s        left, top, width, height, font-size (px, required)
+    f                sans | serif | mono | lsans | lserif  (`COMPACT_FONTS`; default sans)
+    b                bold (700); `fw=N` any other weight (default 400)
+    c                colour as 3 or 6 hex digits, `#` optional (default 000000)
+    a                l | c | r (default l);  rtl  right-to-left (default ltr)
+
+It means exactly the canonical `<div style=...>` box (same validation, same errors); `to_compact`
+writes it, `to_html` turns any patch into the canonical HTML a browser renders.
 Layout rules shared by both renderers (`mmrlvr.render`): one line, no wrapping, no clipping;
 the line box is the box height (CSS `line-height: h`), so the glyphs sit vertically centred by
 the font's ascent/descent; `text-align` places the line within the box width.
@@ -36,6 +50,10 @@ FONT_FAMILIES: tuple[str, ...] = ("DejaVu Sans", "DejaVu Serif", "DejaVu Sans Mo
                                   "Liberation Sans", "Liberation Serif")
 """Font families a patch may name (installed system fonts, so both renderers find the same file)."""
 GENERIC_FAMILIES = {"sans-serif": "DejaVu Sans", "serif": "DejaVu Serif", "monospace": "DejaVu Sans Mono"}
+COMPACT_FONTS: dict[str, str] = dict(zip(("sans", "serif", "mono", "lsans", "lserif"), FONT_FAMILIES))
+"""Font codes of the compact form (`f=`), one per `FONT_FAMILIES` entry."""
+COMPACT_ALIGNS = {"l": "left", "c": "center", "r": "right"}
+COMPACT_KEYS = ("x", "y", "w", "h", "s", "f", "b", "fw", "c", "a", "rtl")
 ALIGNS = ("left", "center", "right")
 DIRECTIONS = ("ltr", "rtl")
 PROPERTIES = ("position", "left", "top", "width", "height", "font-family", "font-size",
@@ -180,6 +198,38 @@ def box_from_style(style: dict[str, str], text: str, where: str) -> TextBox:
         align=align, direction=direction)
 
 
+def style_from_compact(attrs: dict[str, str | None], where: str) -> dict[str, str]:
+    """The compact form's `<p>` attributes as the canonical style mapping (then validated as one)."""
+    unknown = sorted(set(attrs) - set(COMPACT_KEYS))
+    if unknown:
+        raise PatchError(f"{where}: unsupported attribute(s) {unknown}; allowed: {list(COMPACT_KEYS)}")
+    style: dict[str, str] = {}
+    for key, prop in (("x", "left"), ("y", "top"), ("w", "width"), ("h", "height"), ("s", "font-size")):
+        if key in attrs:
+            style[prop] = attrs[key] or ""
+    if "f" in attrs:
+        code = (attrs["f"] or "").lower()
+        if code not in COMPACT_FONTS:
+            raise PatchError(f"{where}: 'f={attrs['f']}' must be one of {list(COMPACT_FONTS)}")
+        style["font-family"] = COMPACT_FONTS[code]
+    if "b" in attrs and "fw" in attrs:
+        raise PatchError(f"{where}: give either 'b' (bold) or 'fw=N', not both")
+    if "b" in attrs:
+        style["font-weight"] = "700"
+    elif "fw" in attrs:
+        style["font-weight"] = attrs["fw"] or ""
+    if "c" in attrs:
+        style["color"] = "#" + (attrs["c"] or "").lstrip("#")
+    if "a" in attrs:
+        code = (attrs["a"] or "").lower()
+        if code not in COMPACT_ALIGNS:
+            raise PatchError(f"{where}: 'a={attrs['a']}' must be one of {list(COMPACT_ALIGNS)}")
+        style["text-align"] = COMPACT_ALIGNS[code]
+    if "rtl" in attrs:
+        style["direction"] = "rtl"
+    return style
+
+
 # ----------------------------------------------------------------------------- parser
 
 class _Parser(HTMLParser):
@@ -194,12 +244,17 @@ class _Parser(HTMLParser):
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         n = len(self.boxes) + 1
-        if tag != "div":
-            raise PatchError(f"box {n}: tag <{tag}> is not allowed; a patch holds only <div> boxes")
+        if tag not in ("div", "p"):
+            raise PatchError(f"box {n}: tag <{tag}> is not allowed; a patch holds only <div> "
+                             "(or compact <p>) boxes")
         if self.open_box is not None:
             raise PatchError(f"box {len(self.boxes)}: nested tags inside a text box are not allowed")
-        is_root = "patch" in (attrs.get("class") or "").split()
-        if is_root:
+        is_root = tag == "div" and "patch" in (attrs.get("class") or "").split()
+        if tag == "p":
+            if self.stack and self.root_style is None:
+                raise PatchError(f"box {n}: boxes cannot nest")
+            self.open_box = (style_from_compact(attrs, f"box {n}"), [])
+        elif is_root:
             if self.stack or self.boxes or self.root_style is not None:
                 raise PatchError("the <div class=\"patch\"> root must come first and only once")
             style = attrs.get("style") or ""
@@ -282,6 +337,32 @@ def box_style(b: TextBox) -> str:
     return (f"left:{_num(b.x)}px;top:{_num(b.y)}px;width:{_num(b.w)}px;height:{_num(b.h)}px;"
             f"font-family:'{b.font}';font-size:{_num(b.size)}px;font-weight:{b.weight};"
             f"color:{color_hex(b.color)};text-align:{b.align};direction:{b.direction}")
+
+
+_FONT_CODES = {family: code for code, family in COMPACT_FONTS.items()}
+
+
+def to_compact(patch: Patch) -> str:
+    """The compact form of a patch (defaults left out); `parse(to_compact(p)) == p` up to 0.1 px.
+    The canvas size is not written: the boxes live in the image's own pixels."""
+    out = []
+    for b in patch.boxes:
+        attrs = [f"x={_num(b.x)}", f"y={_num(b.y)}", f"w={_num(b.w)}", f"h={_num(b.h)}",
+                 f"s={_num(b.size)}"]
+        if b.font != "DejaVu Sans":
+            attrs.append(f"f={_FONT_CODES[b.font]}")
+        if b.weight == 700:
+            attrs.append("b")
+        elif b.weight != 400:
+            attrs.append(f"fw={b.weight}")
+        if b.color != (0, 0, 0):
+            attrs.append("c=" + color_hex(b.color)[1:])
+        if b.align != "left":
+            attrs.append(f"a={b.align[0]}")
+        if b.direction == "rtl":
+            attrs.append("rtl")
+        out.append(f'<p {" ".join(attrs)}>{html.escape(b.text, quote=False)}</p>')
+    return "".join(out)
 
 
 def to_html(patch: Patch, indent: bool = False) -> str:

@@ -2,10 +2,21 @@
 
 Uses the same adapter, prompts and logprob code as GRPO, so what SFT teaches is exactly what
 the RL phase samples from. The loss covers completion tokens only (never the prompt or media).
+
+TransAnyText (`model.modality: image_translation`) adds two things:
+  * `sft.privileged_fraction`: that share of each batch is shown with the privileged teacher
+    prompt (image + source-language patch), so the one model can later play PWSD's teacher;
+  * `sft.pwsd.steps > 0`: after SFT, a PWSD stage (`run_pwsd`): GRPO-style student rollouts
+    distilled towards the privileged teacher by the `pwsd` objective alone (rewards weighted 0,
+    still logged and evaluated), saved to `sft.pwsd.out_dir/final` — the checkpoint GRPO starts
+    from and keeps its KL to.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -20,8 +31,9 @@ from mmrlvr.logger import RunLogger
 from mmrlvr.policy import Policy, pick_device
 from mmrlvr.rollout import make_engine
 from mmrlvr.sampler import PromptSampler
-from mmrlvr.trainer import seed_everything, warmup_cosine
+from mmrlvr.trainer import seed_everything, train, warmup_cosine
 from modalities.base import select
+from rewards.base import build_combined
 
 
 def sft_target(ex: Example) -> str:
@@ -44,8 +56,47 @@ def encode_targets(tokenizer, texts: list[str], eos_id: int, pad_id: int
     return ids, mask
 
 
+def privileged_rows(batch: list[Example], fraction: float, rng: random.Random) -> list[Example]:
+    """`batch` with round(fraction·len) rows (a seeded draw) switched to the teacher's prompt."""
+    from modalities.image_translation import privileged_prompt
+
+    k = round(fraction * len(batch))
+    chosen = set(rng.sample(range(len(batch)), k)) if k else set()
+    return [dataclasses.replace(ex, prompt=privileged_prompt(ex)) if i in chosen else ex
+            for i, ex in enumerate(batch)]
+
+
+def pwsd_config(cfg: Config, init: str | Path) -> Config:
+    """The GRPO-trainer config of the PWSD stage that follows SFT (see the module docstring)."""
+    stage = cfg.sft.pwsd
+    out = copy.deepcopy(cfg)
+    out.model.path = str(init)
+    out.rewards = [{**spec, "weight": 0.0} for spec in cfg.rewards]      # logged, no gradient
+    out.objectives = [{"name": "pwsd", "weight": 1.0, "alpha": stage.alpha,
+                       "max_rows": stage.max_rows, "seed": cfg.train.seed}]
+    out.algo.beta = 0.0
+    out.optim.lr = stage.lr
+    out.rollout.group_size = stage.group_size
+    out.train.steps = stage.steps
+    out.train.batch_prompts = stage.batch_prompts
+    out.train.out_dir = stage.out_dir
+    return out
+
+
+def run_pwsd(cfg: Config, init: str | Path, progress: bool = True) -> dict[str, Any]:
+    """The PWSD stage from the SFT model `init`; returns the trainer's summary."""
+    if cfg.model.modality != "image_translation":
+        raise ValueError(f"sft.pwsd needs model.modality image_translation (the privileged "
+                         f"teacher prompt), got {cfg.model.modality!r}")
+    return train(pwsd_config(cfg, init), progress=progress)
+
+
 def sft(cfg: Config, progress: bool = True) -> dict[str, Any]:
-    """Train `cfg.model.path` on the reference completions of `cfg.data.train`."""
+    """Train `cfg.model.path` on the reference completions of `cfg.data.train` (then PWSD, if
+    `sft.pwsd.steps` > 0)."""
+    if cfg.sft.privileged_fraction and cfg.model.modality != "image_translation":
+        raise ValueError(f"sft.privileged_fraction needs model.modality image_translation, "
+                         f"got {cfg.model.modality!r}")
     from tqdm.auto import tqdm
 
     if cfg.train.threads:
@@ -76,7 +127,8 @@ def sft(cfg: Config, progress: bool = True) -> dict[str, Any]:
     def run_eval() -> dict[str, float]:
         res = evaluate(policy, engine, eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
                        batch_size=cfg.train.eval_batch, system_prompt=cfg.data.system_prompt,
-                       format_prompt=cfg.data.format_prompt)
+                       format_prompt=cfg.data.format_prompt,
+                       reward=build_combined(cfg.rewards) if cfg.train.eval_reward else None)
         return {f"eval/{k}": v for k, v in res.items()}
 
     summary: dict[str, Any] = {"steps": cfg.sft.steps, "model": cfg.sft.init or cfg.model.path, "train_rows": len(data)}
@@ -84,11 +136,16 @@ def sft(cfg: Config, progress: bool = True) -> dict[str, Any]:
         first = run_eval()
         logger.log(0, first)
         summary["accuracy_start"] = first["eval/accuracy"]
+        if "eval/reward" in first:
+            summary["reward_start"] = first["eval/reward"]
     eos = policy.eos_ids[0]
     bar = tqdm(range(1, cfg.sft.steps + 1), desc="sft", disable=not progress)
     t_start = time.perf_counter()
+    view_rng = random.Random(f"sft-views-{cfg.train.seed}")
     for step in bar:
         batch = [data[i] for i in sampler.next(cfg.sft.batch_size)]
+        if cfg.sft.privileged_fraction:
+            batch = privileged_rows(batch, cfg.sft.privileged_fraction, view_rng)
         prompts = adapter.encode(batch, policy.processor, system_prompt=cfg.data.system_prompt,
                                  format_prompt=cfg.data.format_prompt)
         ids, mask = encode_targets(policy.tokenizer, [sft_target(ex) for ex in batch], eos, policy.pad_id)
@@ -117,8 +174,13 @@ def sft(cfg: Config, progress: bool = True) -> dict[str, Any]:
     summary["seconds"] = time.perf_counter() - t_start
     if eval_data:
         summary["accuracy_end"] = metrics["eval/accuracy"]
+        if "eval/reward" in metrics:
+            summary["reward_end"] = metrics["eval/reward"]
     policy.save(out_dir / "final")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if report.skipped:
         summary["skipped_rows"] = len(report.skipped)
+    if cfg.sft.pwsd.steps > 0:
+        del policy, engine, opt
+        summary["pwsd"] = run_pwsd(cfg, out_dir / "final", progress)
     return summary

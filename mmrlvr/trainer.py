@@ -7,8 +7,8 @@ One step (DESIGN.md):
       ─► policy logprobs in micro-batches ─► GRPO loss (+ KL, + objectives) ─► AdamW step
 
 What it leaves out on purpose: value functions, reward models, sequence packing. Groups whose
-rewards have zero spread contribute no gradient; single-process runs without KL or objectives
-skip their forward entirely (exactly the same update, less work).
+rewards have zero spread contribute no gradient; single-process runs without KL skip their
+policy forward entirely (exactly the same update, less work; objectives run their own).
 Under `accelerate launch` each process takes its share of the step's prompts and gradients are
 averaged by accelerate's DDP wrapper.
 """
@@ -212,7 +212,7 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     ids, mask = rollouts.completion_ids, rollouts.completion_mask                 # [N, C]
     N = ids.shape[0]
     total_tokens = float(mask.sum().clamp(min=1))
-    needs_all = cfg.algo.beta > 0 or run.objectives or acc.num_processes > 1
+    needs_all = cfg.algo.beta > 0 or acc.num_processes > 1      # objectives run their own forward
     rows = [r for r in range(N) if needs_all or advantages[r] != 0]
     mb = cfg.train.micro_batch
     micro = [rows[i:i + mb] for i in range(0, len(rows), mb)]
@@ -313,7 +313,8 @@ def run_eval(run: Run, progress: bool = False) -> dict[str, float]:
     result = evaluate(run.policy, engine, run.eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
                       batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
                       temperature=cfg.rollout.temperature, system_prompt=cfg.data.system_prompt,
-                      format_prompt=cfg.data.format_prompt, progress=progress)
+                      format_prompt=cfg.data.format_prompt, progress=progress,
+                      reward=build_combined(cfg.rewards) if cfg.train.eval_reward else None)
     return {f"eval/{k}": v for k, v in result.items()}
 
 

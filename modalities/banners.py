@@ -6,7 +6,8 @@ reference patch: the same boxes with the phrase table's translation, the font si
 the translation would not fit its box (what a human translator does). Rows:
 
     prompt     the image + target language (`modalities.image_translation.instruction`)
-    answer     the target-language patch (canonical HTML, `mmrlvr.patch.to_html`)
+    answer     the target-language patch (canonical HTML, `mmrlvr.patch.to_html`; with
+               `compact=True` the compact `<p>` form, `mmrlvr.patch.to_compact`, ~4x fewer tokens)
     reasoning  the source texts and the plan (the `<think>` part of SFT targets)
     meta       source/target language, the source patch, canvas size, layout
 
@@ -25,7 +26,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from mmrlvr.data import Example, write_jsonl
-from mmrlvr.patch import FONT_FAMILIES, Patch, TextBox, to_html
+from mmrlvr.patch import FONT_FAMILIES, Patch, TextBox, to_compact, to_html
 from mmrlvr.render import render_patch, text_width
 from modalities.image_translation import instruction, language_name
 
@@ -117,7 +118,7 @@ def _fit_size(box: TextBox, text: str, start: int, floor: int = 6) -> int:
     return size
 
 
-def make_banner(rng: random.Random, pair: str, size: tuple[int, int]
+def make_banner(rng: random.Random, pair: str, size: tuple[int, int], compact: bool = False
                 ) -> tuple[Image.Image, Patch, Patch, dict[str, Any]]:
     """One banner: (rendered image, source patch, target patch, meta)."""
     src, tgt = pair.split("-")
@@ -149,7 +150,7 @@ def make_banner(rng: random.Random, pair: str, size: tuple[int, int]
         y += bh + gap
     source, target = Patch(src_boxes, w, h), Patch(tgt_boxes, w, h)
     meta = {"source_lang": src, "target_lang": tgt, "pair": pair, "roles": roles,
-            "source_patch": to_html(source), "width": w, "height": h}
+            "source_patch": to_compact(source) if compact else to_html(source), "width": w, "height": h}
     return render_patch(source, background), source, target, meta
 
 
@@ -160,19 +161,22 @@ def reasoning(source: Patch, src: str, tgt: str) -> str:
             "its box, font, weight and colour.")
 
 
-def make_example(rng: random.Random, pair: str, image_path: Path, size: tuple[int, int]) -> Example:
+def make_example(rng: random.Random, pair: str, image_path: Path, size: tuple[int, int],
+                 compact: bool = False) -> Example:
     """Draw one banner for `pair`, save its PNG at `image_path`, return the Example."""
-    image, source, target, meta = make_banner(rng, pair, size)
+    image, source, target, meta = make_banner(rng, pair, size, compact)
     image_path.parent.mkdir(parents=True, exist_ok=True)
     image.save(image_path, format="PNG")
     src, tgt = pair.split("-")
-    return Example(id=image_path.stem, prompt=instruction(tgt), answer=to_html(target),
+    return Example(id=image_path.stem, prompt=instruction(tgt, compact=compact),
+                   answer=to_compact(target) if compact else to_html(target),
                    images=[str(image_path)], reasoning=reasoning(source, src, tgt),
                    meta={"family": pair, **meta})
 
 
 def make_banners(out_dir: str | Path, *, n_train: int = 2000, n_test: int = 200, seed: int = 0,
-                 width: int = 224, height: int = 112, pairs: list[str] | None = None) -> dict[str, Any]:
+                 width: int = 224, height: int = 112, pairs: list[str] | None = None,
+                 compact: bool = False) -> dict[str, Any]:
     """Write a banners dataset (pairs dealt in turn, so each split is balanced over them)."""
     pairs = list(pairs or PAIRS)
     for p in pairs:
@@ -183,14 +187,14 @@ def make_banners(out_dir: str | Path, *, n_train: int = 2000, n_test: int = 200,
         raise ValueError(f"banners need at least 56x28 px, got {width}x{height}")
     out = Path(out_dir)
     info: dict[str, Any] = {"task": "banners", "seed": seed, "width": width, "height": height,
-                            "pairs": pairs}
+                            "pairs": pairs, "patch_form": "compact" if compact else "html"}
     for split, count in (("train", n_train), ("test", n_test)):
         rows = []
         for i in range(count):
             rng = random.Random(f"banners-{seed}-{split}-{i}")
             pair = pairs[i % len(pairs)]
             rows.append(make_example(rng, pair, out / "images" / f"{split}-{i:05d}.png",
-                                     (width, height)))
+                                     (width, height), compact))
         write_jsonl(rows, out / f"{split}.jsonl")
         info[f"n_{split}"] = count
     (out / "info.json").write_text(json.dumps(info, indent=2) + "\n")

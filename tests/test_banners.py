@@ -67,3 +67,18 @@ def test_the_cli_writes_a_banners_dataset(tmp_path, capsys):
     assert parse(rows[0].answer).width == 112
     with pytest.raises(ValueError, match="unknown language pair"):
         make_banners(tmp_path / "bad", n_train=1, n_test=0, pairs=["en-xx"])
+
+
+def test_compact_banners_hold_the_same_patches_in_fewer_characters(banners, tmp_path):
+    make_banners(tmp_path, n_train=8, n_test=0, seed=0, compact=True)
+    full, compact = load_jsonl(banners / "train.jsonl"), load_jsonl(tmp_path / "train.jsonl")
+    reward = rewards.get("translation")
+    for a, b in zip(full, compact):
+        assert parse(b.answer).boxes == parse(a.answer).boxes
+        assert parse(b.meta["source_patch"]).boxes == parse(a.meta["source_patch"]).boxes
+        assert b.answer.startswith("<p ") and len(b.answer) * 2.5 < len(a.answer)
+        assert "<p>" in b.prompt and "<div>" in a.prompt
+        assert reward.score(b, [sft_target(b)])[0]["overall"] == pytest.approx(1.0)
+        assert reward.score(a, [f"<answer>{b.answer}</answer>"])[0]["overall"] == pytest.approx(1.0)
+    assert (tmp_path / "images" / "train-00003.png").read_bytes() == \
+        (banners / "images" / "train-00003.png").read_bytes()

@@ -23,3 +23,16 @@ def test_eval_figures_match_predictions_and_split_closed_from_open(policy):
     assert res["family/add"] == sum(correct[1::2]) / 3
     assert 0.0 <= res["pass@2"] <= 1.0 and res["n"] == 6
     assert 0 < res["mean_length"] <= 6
+
+
+def test_eval_scores_greedy_completions_with_a_given_reward(policy):
+    from rewards.base import build_combined
+
+    examples = [Example(id=f"q{i}", prompt=f"What is {i} + 1?", answer=str(i + 1)) for i in range(3)]
+    reward = build_combined([{"name": "accuracy", "weight": 0.9}, {"name": "format", "weight": 0.1}])
+    res = evaluate(policy, make_engine("hf", policy), examples, max_new_tokens=6, batch_size=2,
+                   keep_predictions=True, reward=reward)
+    by_hand = [reward.score(ex, [p["completion"]])[0] for ex, p in zip(examples, res["predictions"])]
+    assert res["reward"] == sum(s["overall"] for s in by_hand) / 3
+    assert res["reward/accuracy"] == res["accuracy"] and res["reward/format"] == res["format_rate"]
+    assert "reward" not in evaluate(policy, make_engine("hf", policy), examples, max_new_tokens=6)

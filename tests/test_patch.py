@@ -82,3 +82,36 @@ def test_scaling_maps_boxes_and_sizes_to_another_canvas():
     p = parse(GOOD).scaled(400, 50)
     a = p.boxes[0]
     assert (a.x, a.y, a.w, a.h, a.size) == (20, 2.5, 360, 15, 10)
+
+
+# ----------------------------------------------------------------------------- compact form
+
+def test_compact_form_means_the_same_boxes_as_the_canonical_html():
+    from mmrlvr.patch import to_compact
+
+    p = parse(GOOD)
+    compact = to_compact(p)
+    assert compact == ('<p x=10 y=5 w=180 h=30 s=20 f=serif b c=cc0000 a=c>Neu &amp; frisch</p>'
+                       '<p x=10 y=50 w=90 h=20 s=12>Jetzt</p>')
+    assert parse(compact).boxes == p.boxes and parse(compact).width is None
+    assert parse(to_html(parse(compact))).boxes == p.boxes          # what the browser gets
+    odd = Patch([TextBox("a < b", 1.5, 2, 30, 10, 8, "Liberation Sans", 300, (1, 2, 3), "right", "rtl")])
+    assert parse(to_compact(odd)) == odd
+    assert len(compact) < len(to_html(p)) / 2
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('<p x=1 y=1 w=50 h=12>x</p>', "missing required style properties ['font-size']"),
+    ('<p x=1 y=1 w=50 h=12 s=10 q=3>x</p>', "box 1: unsupported attribute(s) ['q']"),
+    ('<p x=1 y=1 w=50 h=12 s=10 f=comic>x</p>', "'f=comic' must be one of"),
+    ('<p x=1 y=1 w=50 h=12 s=10 a=j>x</p>', "'a=j' must be one of"),
+    ('<p x=1 y=1 w=50 h=12 s=10 b fw=300>x</p>', "either 'b'"),
+    ('<p x=1 y=1 w=50 h=12 s=10 c=12345>x</p>', "'color: #12345'"),
+    ('<p x=1 y=1 w=-5 h=12 s=10>x</p>', "'width: -5' must be > 0"),
+    ('<p x=1 y=1 w=50 h=12 s=10>x<p x=1 y=1 w=5 h=1 s=1>y</p></p>', "nested"),
+    ('<p x=1 y=1 w=50 h=12 s=10></p>', "box 1: the box has no text"),
+])
+def test_malformed_compact_boxes_raise_errors_naming_the_problem(text, expected):
+    with pytest.raises(PatchError) as err:
+        parse(text)
+    assert expected in str(err.value)

@@ -130,3 +130,61 @@ def test_a_grpo_step_runs_with_the_translation_reward_and_pwsd(tmp_path, tiny_vl
     (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert row["reward/translation/parse_fail"] == 1.0             # random weights write no patch
     assert "objective/pwsd" in row and row["objective/pwsd/rows"] == 4
+
+
+def test_privileged_rows_switch_the_drawn_share_to_the_teacher_prompt(banner_examples):
+    import random
+
+    from mmrlvr.sft import privileged_rows
+
+    _, examples = banner_examples
+    out = privileged_rows(examples, 0.5, random.Random(0))
+    switched = [b for a, b in zip(examples, out) if b.prompt != a.prompt]
+    assert len(switched) == 2
+    assert all(b.prompt.endswith(b.meta["source_patch"]) for b in switched)
+    assert privileged_rows(examples, 0.0, random.Random(0)) == examples
+
+
+def test_mmrlvr_sft_runs_sft_then_pwsd_and_evaluates_the_reward(tmp_path, tiny_vl, banner_examples):
+    import yaml
+
+    from mmrlvr.config import load_config
+    from mmrlvr.logger import read_metrics
+    from mmrlvr.sft import sft
+
+    data_dir, _ = banner_examples
+    cfg = {"model": {"path": str(tiny_vl), "modality": "image_translation"},
+           "data": {"train": str(data_dir / "train.jsonl"), "eval": str(data_dir / "train.jsonl"),
+                    "eval_limit": 2},
+           "rollout": {"group_size": 2, "max_new_tokens": 6},
+           "rewards": [{"name": "translation", "weight": 1.0}],
+           "train": {"eval_reward": True, "eval_batch": 2},
+           "sft": {"steps": 2, "batch_size": 4, "out_dir": str(tmp_path / "sft"),
+                   "privileged_fraction": 0.5,
+                   "pwsd": {"steps": 2, "batch_prompts": 2, "max_rows": 3,
+                            "out_dir": str(tmp_path / "pwsd")}}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    summary = sft(load_config(tmp_path / "c.yaml"), progress=False)
+    assert summary["reward_start"] == 0.0 and "reward_end" in summary
+    assert (tmp_path / "sft" / "final" / "config.json").is_file()
+    assert (tmp_path / "pwsd" / "final" / "config.json").is_file()
+    rows = read_metrics(tmp_path / "pwsd" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "eval/reward" in rows[0] and "eval/reward/translation/position" in rows[0]
+    for row in rows[1:]:
+        assert row["objective/pwsd/rows"] == 3 and row["reward/mean"] == 0.0   # no PG term
+        assert row["update/trained_rows"] == 0 and row["optim/grad_norm"] > 0
+    run_cfg = yaml.safe_load((tmp_path / "pwsd" / "config.yaml").read_text())
+    assert run_cfg["model"]["path"] == str(tmp_path / "sft" / "final")
+    assert run_cfg["rewards"][0]["weight"] == 0.0
+
+
+def test_sft_options_for_pwsd_need_the_image_translation_modality(tmp_path, tiny_vl):
+    from mmrlvr.config import ConfigError, load_config
+    from mmrlvr.sft import sft
+
+    with pytest.raises(ConfigError, match="privileged_fraction"):
+        load_config(None, ["sft.privileged_fraction=1.5"])
+    cfg = load_config(None, [f"model.path={tiny_vl}", "sft.privileged_fraction=0.5"])
+    with pytest.raises(ValueError, match="image_translation"):
+        sft(cfg, progress=False)

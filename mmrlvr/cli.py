@@ -49,6 +49,17 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from mmrlvr.sft import sft
 
     cfg = load_config(args.config, args.overrides)
+    if args.pwsd_only:
+        from pathlib import Path
+
+        from mmrlvr.sft import run_pwsd
+        init = Path(cfg.sft.out_dir) / "final"
+        if not (init / "config.json").is_file():
+            print(f"--pwsd-only starts from the SFT model {init}, which does not exist; run "
+                  "`mmrlvr sft` first or set sft.out_dir", file=sys.stderr)
+            return 2
+        print(json.dumps(run_pwsd(cfg, init), indent=2))
+        return 0
     print(json.dumps(sft(cfg), indent=2))
     return 0
 
@@ -196,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sft", help="supervised warm start on the same data format")
     s.add_argument("config", help="run config (YAML); the `sft` section sets steps, lr, out_dir")
     s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sft.steps=100")
+    s.add_argument("--pwsd-only", action="store_true",
+                   help="skip SFT: run only the PWSD stage (sft.pwsd) from sft.out_dir/final")
     s.set_defaults(fn=cmd_sft)
 
     e = sub.add_parser("eval", help="accuracy, pass@k, format rate of a model on a dataset")

@@ -214,6 +214,8 @@ class Config:
     rewards: list[dict[str, Any]] = field(default_factory=lambda: [
         {"name": "accuracy", "weight": 0.9}, {"name": "format", "weight": 0.1}])
     """Rewards as `{name, weight, ...options}`; `name` may be `path/file.py:function`."""
+    eval_rewards: list[dict[str, Any]] = field(default_factory=list)
+    """Rewards `train.eval_reward` scores eval's greedy completions with (empty: `rewards`)."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """GRPO algorithm."""
     objectives: list[dict[str, Any]] = field(default_factory=list)

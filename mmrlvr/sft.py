@@ -72,6 +72,7 @@ def pwsd_config(cfg: Config, init: str | Path) -> Config:
     out = copy.deepcopy(cfg)
     out.model.path = str(init)
     out.rewards = [{**spec, "weight": 0.0} for spec in cfg.rewards]      # logged, no gradient
+    out.eval_rewards = cfg.eval_rewards or cfg.rewards                   # eval keeps the weights
     out.objectives = [{"name": "pwsd", "weight": 1.0, "alpha": stage.alpha,
                        "max_rows": stage.max_rows, "seed": cfg.train.seed}]
     out.algo.beta = 0.0
@@ -128,7 +129,8 @@ def sft(cfg: Config, progress: bool = True) -> dict[str, Any]:
         res = evaluate(policy, engine, eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
                        batch_size=cfg.train.eval_batch, system_prompt=cfg.data.system_prompt,
                        format_prompt=cfg.data.format_prompt,
-                       reward=build_combined(cfg.rewards) if cfg.train.eval_reward else None)
+                       reward=build_combined(cfg.eval_rewards or cfg.rewards)
+                       if cfg.train.eval_reward else None)
         return {f"eval/{k}": v for k, v in res.items()}
 
     summary: dict[str, Any] = {"steps": cfg.sft.steps, "model": cfg.sft.init or cfg.model.path, "train_rows": len(data)}

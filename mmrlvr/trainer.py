@@ -314,7 +314,8 @@ def run_eval(run: Run, progress: bool = False) -> dict[str, float]:
                       batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
                       temperature=cfg.rollout.temperature, system_prompt=cfg.data.system_prompt,
                       format_prompt=cfg.data.format_prompt, progress=progress,
-                      reward=build_combined(cfg.rewards) if cfg.train.eval_reward else None)
+                      reward=build_combined(cfg.eval_rewards or cfg.rewards)
+                      if cfg.train.eval_reward else None)
     return {f"eval/{k}": v for k, v in result.items()}
 
 

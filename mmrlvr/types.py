@@ -23,6 +23,8 @@ class PromptBatch:
     inputs: dict[str, torch.Tensor]
     media_rows: list[dict[str, tuple[int, int]]]
     prompt_texts: list[str] = field(default_factory=list)
+    prompt_options: dict[str, str] = field(default_factory=dict)
+    """The system/format prompts the batch was encoded with (so derived prompts can match them)."""
 
     def __len__(self) -> int:
         return len(self.examples)

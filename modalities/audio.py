@@ -201,7 +201,8 @@ class AudioAdapter(Adapter):
             rows.append({k: (start, start + n) for k in self.media_keys} if n else {})
             start += n
         self._check_token_counts(inputs, rows, examples, processor)
-        return PromptBatch(list(examples), inputs, rows, texts)
+        return PromptBatch(list(examples), inputs, rows, texts,
+                           {"system_prompt": system_prompt, "format_prompt": format_prompt})
 
     @staticmethod
     def _check_token_counts(inputs, rows, examples, processor) -> None:

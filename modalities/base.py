@@ -133,7 +133,7 @@ def subset(batch: PromptBatch, index: list[int]) -> PromptBatch:
     """A PromptBatch of samples `index` (repeats allowed), e.g. each prompt G times."""
     inputs, rows = select(batch, index)
     texts = [batch.prompt_texts[i] for i in index] if batch.prompt_texts else []
-    return PromptBatch([batch.examples[i] for i in index], inputs, rows, texts)
+    return PromptBatch([batch.examples[i] for i in index], inputs, rows, texts, batch.prompt_options)
 
 
 def to_device(inputs: dict[str, Any], device: torch.device | str,

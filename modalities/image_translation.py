@@ -28,10 +28,9 @@ def instruction(target: str, source: str | None = None, compact: bool = False) -
     """The student's task text for translating an image's text into `target` (`compact`: ask
     for the compact `<p x= y= w= h= s=>` form of `mmrlvr.patch`)."""
     src = f" from {language_name(source)}" if source else ""
-    if compact:
-        return (f"Translate the text in the image{src} into {language_name(target)}. Answer with "
-                "a compact HTML patch: one <p> per text box with x, y, w, h, size, font, weight, "
-                "colour and alignment.")
+    if compact:      # short, and the language last: a tiny model attends to the recent tokens
+        return (f"Write a compact HTML patch (one <p> per text box: x, y, w, h, size, font, "
+                f"weight, colour, alignment) with the image's text{src} in {language_name(target)}.")
     return (f"Translate the text in the image{src} into {language_name(target)}. Answer with an "
             "HTML patch: one <div> per text box with its left, top, width, height, font, size, "
             "weight, colour and alignment.")

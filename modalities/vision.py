@@ -88,7 +88,8 @@ class VisionAdapter(Adapter):
         inputs = {k: v for k, v in inputs.items() if torch.is_tensor(v)}
         media_rows = self._media_rows(inputs, per_sample)
         self._check_token_counts(inputs, media_rows, examples, processor)
-        return PromptBatch(list(examples), inputs, media_rows, texts)
+        return PromptBatch(list(examples), inputs, media_rows, texts,
+                           {"system_prompt": system_prompt, "format_prompt": format_prompt})
 
     def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
                      ) -> torch.Tensor:

@@ -36,3 +36,14 @@ def test_eval_scores_greedy_completions_with_a_given_reward(policy):
     assert res["reward"] == sum(s["overall"] for s in by_hand) / 3
     assert res["reward/accuracy"] == res["accuracy"] and res["reward/format"] == res["format_rate"]
     assert "reward" not in evaluate(policy, make_engine("hf", policy), examples, max_new_tokens=6)
+
+
+def test_the_eval_command_reports_a_named_reward(tiny_vl, shapes_dir, capsys):
+    from mmrlvr.cli import main
+
+    assert main(["eval", "--model", str(tiny_vl), "--data", str(shapes_dir / "test.jsonl"),
+                 "--limit", "2", "--max-new-tokens", "4", "--reward", "accuracy",
+                 "--reward", "format"]) == 0
+    out = capsys.readouterr().out
+    for key in ("reward ", "reward/accuracy ", "reward/format "):
+        assert key in out, out

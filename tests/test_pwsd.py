@@ -153,11 +153,13 @@ def test_mmrlvr_sft_runs_sft_then_pwsd_and_evaluates_the_reward(tmp_path, tiny_v
     from mmrlvr.sft import sft
 
     data_dir, _ = banner_examples
+    (tmp_path / "half.py").write_text("def half(example, completion):\n    return 0.5\n")
     cfg = {"model": {"path": str(tiny_vl), "modality": "image_translation"},
            "data": {"train": str(data_dir / "train.jsonl"), "eval": str(data_dir / "train.jsonl"),
                     "eval_limit": 2},
            "rollout": {"group_size": 2, "max_new_tokens": 6},
-           "rewards": [{"name": "translation", "weight": 1.0}],
+           "rewards": [{"name": "translation", "weight": 1.0},     # 0 for a random model's text
+                       {"name": f"{tmp_path / 'half.py'}:half", "weight": 0.4}],
            "train": {"eval_reward": True, "eval_batch": 2},
            "sft": {"steps": 2, "batch_size": 4, "out_dir": str(tmp_path / "sft"),
                    "privileged_fraction": 0.5,
@@ -165,12 +167,13 @@ def test_mmrlvr_sft_runs_sft_then_pwsd_and_evaluates_the_reward(tmp_path, tiny_v
                             "out_dir": str(tmp_path / "pwsd")}}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     summary = sft(load_config(tmp_path / "c.yaml"), progress=False)
-    assert summary["reward_start"] == 0.0 and "reward_end" in summary
+    assert summary["reward_start"] == summary["reward_end"] == pytest.approx(0.2)
     assert (tmp_path / "sft" / "final" / "config.json").is_file()
     assert (tmp_path / "pwsd" / "final" / "config.json").is_file()
     rows = read_metrics(tmp_path / "pwsd" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2]
-    assert "eval/reward" in rows[0] and "eval/reward/translation/position" in rows[0]
+    assert rows[0]["eval/reward"] == pytest.approx(0.2)          # eval keeps the reward weights
+    assert "eval/reward/translation/position" in rows[0]
     for row in rows[1:]:
         assert row["objective/pwsd/rows"] == 3 and row["reward/mean"] == 0.0   # no PG term
         assert row["update/trained_rows"] == 0 and row["optim/grad_norm"] > 0

@@ -76,8 +76,9 @@ class PWSD:
         prompt_rows = [r // G for r in rows]
         student, _ = select(rollouts.prompts, prompt_rows)
         distinct = list(dict.fromkeys(prompt_rows))
-        teacher_batch = policy.adapter.encode_privileged(
-            [rollouts.prompts.examples[i] for i in distinct], policy.processor)
+        teacher_batch = policy.adapter.encode_privileged(        # same system/format prompts
+            [rollouts.prompts.examples[i] for i in distinct], policy.processor,
+            **rollouts.prompts.prompt_options)
         teacher, _ = select(teacher_batch, [distinct.index(i) for i in prompt_rows])
         mask = rollouts.completion_mask[rows]
         width = max(int(mask.sum(dim=1).max()), 1)

@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--families", help="comma-separated task families (banners: language pairs "
                    "such as en-de,en-ru) (default: all)")
     d.add_argument("--compact", action="store_true",
-                   help="banners: write patches in the compact <p x= y= ...> form (about 4x fewer "
+                   help="banners: write patches in the compact <p x= y= ...> form (about half the "
                         "tokens; what the CPU TransAnyText chain trains on)")
     d.add_argument("--from", dest="from_spec", metavar="LAYOUT:PATH",
                    help="medvqa: convert vqarad:/slake:/pathvqa:PATH, tones: mmau:/avqa:PATH, "
@@ -314,7 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # overrides may follow a flag (`mmrlvr sft C.yaml --pwsd-only sft.steps=5`)
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-shard load/save bars drown the run's own progress

@@ -23,7 +23,8 @@ The box text is plain text (HTML entities decoded); nested tags are errors. Ever
 `PatchError` naming the box (1-based) and the property, and says what is allowed.
 
 Compact form. A box may also be written as a `<p>` with short attributes, for models whose
-tokenizer makes the full style string long (a tiny CPU model writes ~4x fewer tokens)::
+tokenizer makes the full style string long (with a 1,500-token BPE trained on the banners, en-de
+patches average 73 tokens against 139 as canonical HTML)::
 
     <p x=12 y=8 w=200 h=30 s=22 f=serif b c=1a2b3c a=c>Sommerschlussverkauf</p>
 

@@ -94,11 +94,19 @@ def line_origin(box: TextBox) -> tuple[float, float]:
     return x, baseline
 
 
+MAX_SIZE_RATIO = 4
+"""A font size above this many times the canvas's longer side is refused (a broken patch: PIL
+would try to allocate a glyph bitmap of gigabytes)."""
+
+
 def render_layer(patch: Patch, size: tuple[int, int]) -> Image.Image:
     """The patch's text alone on a transparent RGBA canvas of `size` (boxes scaled to it)."""
     patch = patch.scaled(*size)
     layer = Image.new("RGBA", size, (0, 0, 0, 0))
-    for box in patch.boxes:
+    for i, box in enumerate(patch.boxes, start=1):
+        if box.size > MAX_SIZE_RATIO * max(size):
+            raise RenderError(f"box {i}: font-size {box.size:.0f}px is far larger than the "
+                              f"{size[0]}x{size[1]} canvas (limit {MAX_SIZE_RATIO}x its longer side)")
         mask = Image.new("L", size, 0)
         x, baseline = line_origin(box)
         ImageDraw.Draw(mask).text((x, baseline), box.text, fill=255, anchor="ls",

@@ -340,9 +340,9 @@ def train(cfg: Config, resume: bool = False, progress: bool = True) -> dict[str,
         if main and run.eval_data and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
             metrics.update(run_eval(run))
         logger.log(step, metrics)
-        bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}",
-                        acc=f"{metrics.get('reward/accuracy', float('nan')):.3f}",
-                        **({"eval": f"{metrics['eval/accuracy']:.3f}"} if "eval/accuracy" in metrics else {}))
+        shown = {"reward": metrics["reward/mean"], "acc": metrics.get("reward/accuracy"),
+                 "eval": metrics.get("eval/reward" if cfg.train.eval_reward else "eval/accuracy")}
+        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None})
         if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
             _save(run, step)
     logger.close()

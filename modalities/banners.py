@@ -7,7 +7,7 @@ the translation would not fit its box (what a human translator does). Rows:
 
     prompt     the image + target language (`modalities.image_translation.instruction`)
     answer     the target-language patch (canonical HTML, `mmrlvr.patch.to_html`; with
-               `compact=True` the compact `<p>` form, `mmrlvr.patch.to_compact`, ~4x fewer tokens)
+               `compact=True` the compact `<p>` form, `mmrlvr.patch.to_compact`, about half the tokens)
     reasoning  the source texts and the plan (the `<think>` part of SFT targets)
     meta       source/target language, the source patch, canvas size, layout
 

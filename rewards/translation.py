@@ -82,9 +82,11 @@ def chrf(hypothesis: str, reference: str) -> float:
 def renders(patch: Patch, size: tuple[int, int]) -> bool:
     from mmrlvr.render import RenderError, render_layer
 
+    from PIL import Image
+
     try:
         render_layer(patch, size)
-    except (RenderError, OSError, ValueError):
+    except (RenderError, OSError, ValueError, MemoryError, Image.DecompressionBombError):
         return False
     return True
 

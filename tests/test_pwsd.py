@@ -191,3 +191,13 @@ def test_sft_options_for_pwsd_need_the_image_translation_modality(tmp_path, tiny
     cfg = load_config(None, [f"model.path={tiny_vl}", "sft.privileged_fraction=0.5"])
     with pytest.raises(ValueError, match="image_translation"):
         sft(cfg, progress=False)
+
+
+def test_pwsd_only_needs_an_sft_model_and_accepts_overrides_after_the_flag(tmp_path, capsys):
+    from mmrlvr.cli import main
+
+    missing = tmp_path / "no-sft"
+    assert main(["sft", "configs/banners_cpu.yaml", "--pwsd-only", f"sft.out_dir={missing}"]) == 2
+    assert f"{missing}/final, which does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["sft", "configs/banners_cpu.yaml", "--bogus"])

@@ -99,3 +99,13 @@ def test_the_patch_comes_from_the_last_answer_block():
     assert extract_patch("<answer>unclosed") is None
     pairs = match_boxes(list(reversed(REF.boxes)), REF.boxes)
     assert sorted((i, j) for i, j, _ in pairs) == [(0, 1), (1, 0)]
+
+
+def test_a_patch_with_an_absurd_font_size_scores_zero_instead_of_crashing():
+    from mmrlvr.render import RenderError, render_layer
+
+    giant = with_box(0, size=40000)                            # a sampled typo: s=40000
+    with pytest.raises(RenderError, match="box 1: font-size 40000px"):
+        render_layer(giant, (224, 112))
+    (s,) = score(wrap(giant))
+    assert s["overall"] == 0.0 and s["format"] == 0.0

@@ -8,7 +8,7 @@ from typing import Any
 from mmrlvr.logger import read_metrics
 
 PANELS = [
-    ("reward", ["reward/mean"], "mean reward"),
+    ("reward", ["reward/mean", "eval/reward"], "mean reward (train batch, held-out)"),
     ("accuracy", ["reward/accuracy", "eval/accuracy"], "accuracy (train batch, held-out)"),
     ("length", ["response/length_mean"], "response length (tokens)"),
     ("kl_clip", ["loss/kl", "loss/clip_frac", "rollout/logprob_gap"], "KL, clip fraction, logprob gap"),

@@ -378,6 +378,10 @@ def summarize(run: Run) -> dict[str, Any]:
         for key in ("format_rate", "mean_length"):
             if f"eval/{key}" in evals[-1]:
                 summary[f"{key}_end"] = evals[-1][f"eval/{key}"]
+        if "eval/reward" in evals[0]:                      # train.eval_reward
+            summary["reward_start"] = evals[0]["eval/reward"]
+            summary["reward_end"] = evals[-1]["eval/reward"]
+            summary["reward_gain"] = summary["reward_end"] - summary["reward_start"]
     if trained:
         tail = trained[-10:]
         summary["train_reward_last10"] = float(np.mean([r["reward/mean"] for r in tail]))

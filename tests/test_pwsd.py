@@ -177,6 +177,7 @@ def test_mmrlvr_sft_runs_sft_then_pwsd_and_evaluates_the_reward(tmp_path, tiny_v
     for row in rows[1:]:
         assert row["objective/pwsd/rows"] == 3 and row["reward/mean"] == 0.0   # no PG term
         assert row["update/trained_rows"] == 0 and row["optim/grad_norm"] > 0
+    assert summary["pwsd"]["reward_start"] == summary["pwsd"]["reward_end"] == pytest.approx(0.2)
     run_cfg = yaml.safe_load((tmp_path / "pwsd" / "config.yaml").read_text())
     assert run_cfg["model"]["path"] == str(tmp_path / "sft" / "final")
     assert run_cfg["rewards"][0]["weight"] == 0.0

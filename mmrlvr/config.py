@@ -45,6 +45,8 @@ class ModelConfig:
     """Recompute activations in the backward pass to save memory."""
     freeze_vision: bool = False
     """Keep the vision tower's weights fixed."""
+    freeze_audio: bool = False
+    """Keep the audio encoder's weights fixed (the projector still trains; AudioRubrics does)."""
     min_pixels: int = 56 * 56
     """Smallest image area after resizing (qwen-vl-utils `min_pixels`)."""
     max_pixels: int = 112 * 112

@@ -101,6 +101,10 @@ class Policy:
             for name, p in model.named_parameters():
                 if ".visual." in f".{name}" or name.startswith("visual."):
                     p.requires_grad_(False)
+        if cfg.freeze_audio:
+            for name, p in model.named_parameters():
+                if ".audio_tower." in f".{name}":
+                    p.requires_grad_(False)
         if cfg.lora.r > 0:
             from peft import LoraConfig, PeftModel, get_peft_model
 

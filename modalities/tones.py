@@ -15,8 +15,8 @@ Differences are made clear (pitch ratio >= 1.5, >= 10 dB, rate ratio >= 1.6, dur
 match; options are shuffled, the gold is a letter. Each row's `meta` holds the family, the
 generating parameters, the acoustic `evidence` measured from the written file
 (`rewards.audio_evidence`) and the static `rubrics` written from it, so the AudioRubrics reward
-needs no audio decoding at training time. `reasoning` is a short reference ("I hear 3 beeps.")
-for the supervised warm start.
+needs no audio decoding at training time. `reasoning` is the supervised warm start's reference
+(`reference_reasoning`): the options restated, the measured quantities, the verdict and the letter.
 
 `make_tones(out, ...)` writes `audio/*.wav`, `train.jsonl`, `test.jsonl` (audio paths relative to
 the file) and `info.json`; the same arguments give the same files. `convert(spec, out)` maps an
@@ -76,7 +76,7 @@ def _count(rng: random.Random, nrng: np.random.Generator, clip_s: float, n: int)
     options = sorted(rng.sample([m for m in range(1, 7) if m != n], 3) + [n])
     return {"wave": canvas, "question": "How many beeps are in the clip?",
             "choices": [str(m) for m in options], "gold": str(n),
-            "reasoning": f"I hear {n} beep{'s' if n != 1 else ''}.",
+            "verdict": f"I hear {n} beep{'s' if n != 1 else ''}.",
             "params": {"beeps": n, "freq_hz": round(freq, 1), "beep_s": round(beep, 3),
                        "gap_s": round(gap, 3), "start_s": round(start, 3)}}
 
@@ -92,7 +92,7 @@ def _pitch(rng: random.Random, nrng: np.random.Generator, clip_s: float, higher:
     _place(canvas, _tone(f2, dur, amp), clip_s - 0.1 - dur)
     return {"wave": canvas, "question": "Two tones play one after the other. Which one is higher in pitch?",
             "choices": ["the first tone", "the second tone"], "gold": f"the {higher} tone",
-            "reasoning": f"The {higher} tone is higher.",
+            "verdict": f"The {higher} tone is higher.",
             "params": {"f1_hz": round(f1, 1), "f2_hz": round(f2, 1), "tone_s": round(dur, 3)}}
 
 
@@ -106,7 +106,7 @@ def _loudness(rng: random.Random, nrng: np.random.Generator, clip_s: float, loud
     canvas = np.concatenate([_tone(freq, half, a1), _tone(freq, clip_s - half, a2)])
     return {"wave": canvas, "question": "Which half of the clip is louder?",
             "choices": ["the first half", "the second half"], "gold": f"the {louder} half",
-            "reasoning": f"The {louder} half is louder.",
+            "verdict": f"The {louder} half is louder.",
             "params": {"freq_hz": round(freq, 1), "amp_first": round(a1, 4), "amp_second": round(a2, 4),
                        "difference_db": round(20 * np.log10(max(a1, a2) / min(a1, a2)), 1)}}
 
@@ -128,7 +128,7 @@ def _tempo(rng: random.Random, nrng: np.random.Generator, clip_s: float, second:
             "question": "Two click patterns play one after the other. Is the second pattern faster or "
                         "slower than the first?",
             "choices": ["faster", "slower"], "gold": second,
-            "reasoning": f"The second pattern is {second}.",
+            "verdict": f"The second pattern is {second}.",
             "params": {"rate_first": round(r1, 2), "rate_second": round(r2, 2)}}
 
 
@@ -143,8 +143,32 @@ def _duration(rng: random.Random, nrng: np.random.Generator, clip_s: float, seco
     _place(canvas, _tone(freq, d2, amp), 0.1 + d1 + rng.uniform(0.25, 0.4))
     return {"wave": canvas, "question": "Is the second tone longer or shorter than the first?",
             "choices": ["longer", "shorter"], "gold": second,
-            "reasoning": f"The second tone is {second}.",
+            "verdict": f"The second tone is {second}.",
             "params": {"first_s": round(d1, 3), "second_s": round(d2, 3), "freq_hz": round(freq, 1)}}
+
+
+def reference_reasoning(family: str, params: dict[str, Any], verdict: str, choices: list[str],
+                        letter: str) -> str:
+    """The SFT reference: options restated, quantities measured, verdict, letter.
+
+    "A is the second tone, B is the first tone. First tone 930 Hz, second tone 580 Hz. The first
+    tone is higher, so B." Each step is a short copy or lookup a tiny model learns (README
+    "Audio"): a bare verdict followed by the letter left the letter a coin flip. The verdict keeps
+    its own sentence, the clause the rubric checks read. Count rows skip the restatement, whose
+    numbers would satisfy every count rubric.
+    """
+    measured = {
+        "pitch": lambda: f"First tone {params['f1_hz']:.0f} Hz, second tone {params['f2_hz']:.0f} Hz.",
+        "loudness": lambda: "First half {:.0f} dB, second half {:.0f} dB.".format(
+            *(20 * np.log10(params[k]) for k in ("amp_first", "amp_second"))),
+        "tempo": lambda: (f"First pattern {params['rate_first']:.1f} clicks a second, second pattern "
+                          f"{params['rate_second']:.1f} clicks a second."),
+        "duration": lambda: f"First tone {params['first_s']:.2f} s, second tone {params['second_s']:.2f} s.",
+    }
+    if family not in measured:                        # count: "I hear 3 beeps" names the count
+        return f"{verdict.rstrip('.')}, so {letter}."
+    options = ", ".join(f"{chr(65 + k)} is {c}" for k, c in enumerate(choices))
+    return f"{options}. {measured[family]()} {verdict.rstrip('.')}, so {letter}."
 
 
 GENERATORS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -152,7 +176,7 @@ GENERATORS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 def make_item(family: str, rng: random.Random, cell: Any, clip_s: float = 2.0) -> dict[str, Any]:
-    """One clip and its question: {wave, question, choices, gold (option text), reasoning, params}."""
+    """One clip and its question: {wave, question, choices, gold (option text), verdict, params}."""
     if family not in GENERATORS:
         raise ValueError(f"unknown tones family {family!r}; known: {list(FAMILIES)}")
     nrng = np.random.default_rng(rng.randrange(2 ** 32))
@@ -175,8 +199,9 @@ def _example(item: dict[str, Any], family: str, ex_id: str, audio_rel: str, audi
     evidence = [evidence_for(audio_abs)]          # measured from the file as written
     letter = chr(65 + item["choices"].index(item["gold"]))
     prompt = with_options(item["question"], item["choices"])
+    reasoning = reference_reasoning(family, item["params"], item["verdict"], item["choices"], letter)
     return Example(id=ex_id, prompt=prompt, answer=letter, audios=[audio_rel],
-                   choices=item["choices"], reasoning=item["reasoning"],
+                   choices=item["choices"], reasoning=reasoning,
                    meta={"family": family, "source": "tones", "answer_type": "closed",
                          "params": item["params"], "evidence": evidence,
                          "rubrics": static_rubrics(evidence, item["question"])})

@@ -13,6 +13,7 @@ import yaml
 from mmrlvr.data import DataError, load_jsonl
 from modalities.tones import FAMILIES, load_layout, make_tones
 from rewards.audio_evidence import order_facts
+from rewards.rubric_judges import numbers_in, order_claims
 from rewards.verify import match
 
 CONFIG = Path(__file__).parent.parent / "configs" / "tones_cpu.yaml"
@@ -51,6 +52,24 @@ def test_tones_rows_are_balanced_verifiable_and_match_their_evidence(tones_dir):
         assert ex.reasoning and ex.answer in "ABCD"
     test = load_jsonl(tones_dir / "test.jsonl")
     assert Counter(ex.meta["family"] for ex in test) == dict.fromkeys(FAMILIES, 2)
+
+
+def test_reference_reasoning_restates_options_measures_and_ends_on_the_gold_letter(tones_dir):
+    """The SFT reference: options restated, measured quantities, a verdict the rubric checks
+    read as the true order, then the letter; count rows name only the count."""
+    for ex in load_jsonl(tones_dir / "train.jsonl"):
+        p, family = ex.meta["params"], ex.meta["family"]
+        assert ex.reasoning.endswith(f", so {ex.answer}.")
+        facts = order_facts(ex.meta["evidence"][0])
+        if family == "count":
+            assert ex.reasoning.startswith(f"I hear {p['beeps']} beep")
+            assert numbers_in(ex.reasoning) == {p["beeps"]}
+            continue
+        options = ", ".join(f"{chr(65 + k)} is {c}" for k, c in enumerate(ex.choices))
+        assert ex.reasoning.startswith(options + ". ")
+        assert order_claims(ex.reasoning) == {(family, facts[family])}
+        if family == "pitch":
+            assert f"First tone {p['f1_hz']:.0f} Hz, second tone {p['f2_hz']:.0f} Hz." in ex.reasoning
 
 
 def test_tones_are_seeded(tones_dir, tmp_path):

@@ -16,7 +16,8 @@ match; options are shuffled, the gold is a letter. Each row's `meta` holds the f
 generating parameters, the acoustic `evidence` measured from the written file
 (`rewards.audio_evidence`) and the static `rubrics` written from it, so the AudioRubrics reward
 needs no audio decoding at training time. `reasoning` is the supervised warm start's reference
-(`reference_reasoning`): the options restated, the measured quantities, the verdict and the letter.
+(`reference_reasoning`): the options restated, the quantities the clip was made with (pitch, level,
+rate, length), the verdict and the letter.
 
 `make_tones(out, ...)` writes `audio/*.wav`, `train.jsonl`, `test.jsonl` (audio paths relative to
 the file) and `info.json`; the same arguments give the same files. `convert(spec, out)` maps an
@@ -149,7 +150,7 @@ def _duration(rng: random.Random, nrng: np.random.Generator, clip_s: float, seco
 
 def reference_reasoning(family: str, params: dict[str, Any], verdict: str, choices: list[str],
                         letter: str) -> str:
-    """The SFT reference: options restated, quantities measured, verdict, letter.
+    """The SFT reference: options restated, the clip's generating quantities, verdict, letter.
 
     "A is the second tone, B is the first tone. First tone 930 Hz, second tone 580 Hz. The first
     tone is higher, so B." Each step is a short copy or lookup a tiny model learns (README

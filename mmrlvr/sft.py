@@ -14,7 +14,6 @@ TransAnyText (`model.modality: image_translation`) adds two things:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import random
 import time
@@ -58,11 +57,11 @@ def encode_targets(tokenizer, texts: list[str], eos_id: int, pad_id: int
 
 def privileged_rows(batch: list[Example], fraction: float, rng: random.Random) -> list[Example]:
     """`batch` with round(fraction·len) rows (a seeded draw) switched to the teacher's prompt."""
-    from modalities.image_translation import privileged_prompt
+    from modalities.image_translation import privileged_example
 
     k = round(fraction * len(batch))
     chosen = set(rng.sample(range(len(batch)), k)) if k else set()
-    return [dataclasses.replace(ex, prompt=privileged_prompt(ex)) if i in chosen else ex
+    return [privileged_example(ex) if i in chosen else ex
             for i, ex in enumerate(batch)]
 
 

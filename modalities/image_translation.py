@@ -45,6 +45,11 @@ def privileged_prompt(example: Example) -> str:
     return f"{example.prompt}\nSource-language patch:\n{source}"
 
 
+def privileged_example(example: Example) -> Example:
+    """The example as PWSD's teacher sees it: the same image, `privileged_prompt` as the prompt."""
+    return dataclasses.replace(example, prompt=privileged_prompt(example))
+
+
 def make_example(image: Any, target: str, *, source: str | None = None,
                  id: str = "image") -> Example:
     """An Example for translating one image (a path or PIL image) into `target`."""
@@ -58,7 +63,7 @@ class ImageTranslationAdapter(VisionAdapter):
     def encode_privileged(self, examples: list[Example], processor: Any, system_prompt: str = "",
                           format_prompt: str = "", **options: Any) -> PromptBatch:
         """The teacher's PromptBatch: each example's image with `privileged_prompt`."""
-        teacher = [dataclasses.replace(ex, prompt=privileged_prompt(ex)) for ex in examples]
+        teacher = [privileged_example(ex) for ex in examples]
         batch = self.encode(teacher, processor, system_prompt=system_prompt,
                             format_prompt=format_prompt, **options)
         batch.examples = list(examples)

@@ -9,7 +9,8 @@ the translation would not fit its box (what a human translator does). Rows:
     answer     the target-language patch (canonical HTML, `mmrlvr.patch.to_html`; with
                `compact=True` the compact `<p>` form, `mmrlvr.patch.to_compact`, about half the tokens)
     reasoning  the source texts and the plan (the `<think>` part of SFT targets)
-    meta       source/target language, the source patch, canvas size, layout
+    meta       source/target language, the source patch, canvas size, layout, and
+               `vision_labels` ({role: source text}, what `mmrlvr pretrain-vision` reads)
 
 The phrase table is built in (English into German, French, Spanish and Russian — Cyrillic,
 drawn with DejaVu); phrases with a number slot get the same number in every language.
@@ -150,7 +151,8 @@ def make_banner(rng: random.Random, pair: str, size: tuple[int, int], compact: b
         y += bh + gap
     source, target = Patch(src_boxes, w, h), Patch(tgt_boxes, w, h)
     meta = {"source_lang": src, "target_lang": tgt, "pair": pair, "roles": roles,
-            "source_patch": to_compact(source) if compact else to_html(source), "width": w, "height": h}
+            "source_patch": to_compact(source) if compact else to_html(source), "width": w, "height": h,
+            "vision_labels": {role: b.text for role, b in zip(roles, src_boxes)}}
     return render_patch(source, background), source, target, meta
 
 

@@ -150,3 +150,15 @@ def test_build_tokenizer_reusable(tmp_path):
         build_tokenizer(None, vocab_target=260)
     with pytest.raises(ValueError):
         build_tiny("llava", tmp_path / "x")
+
+
+def test_cli_sizes_the_vision_tower(tmp_path):
+    import json
+
+    from mmrlvr.cli import main
+    assert main(["tiny", "qwen2.5-vl", "--out", str(tmp_path / "m"), "--vision-depth", "3",
+                 "--vision-width", "96"]) == 0
+    vision = json.loads((tmp_path / "m" / "config.json").read_text())["vision_config"]
+    assert (vision["depth"], vision["hidden_size"], vision["fullatt_block_indexes"]) == (3, 96, [2])
+    with pytest.raises(ValueError, match="multiple of 16"):
+        main(["tiny", "qwen2.5-vl", "--out", str(tmp_path / "n"), "--vision-width", "100"])

@@ -177,6 +177,8 @@ class PWSDStageConfig:
     """Gap sharpness in w_t = σ(α·gap_t) (METHODS.md)."""
     max_rows: int = 16
     """Student rollouts distilled per step."""
+    teacher: str = "live"
+    """`live`: the model being trained scores as teacher; `frozen`: the SFT weights PWSD started from."""
     batch_prompts: int = 8
     """Prompts per step."""
     group_size: int = 2
@@ -324,6 +326,9 @@ def validate(cfg: Config) -> None:
                           f"{cfg.sft.privileged_fraction}")
     if cfg.sft.pwsd.steps > 0 and cfg.sft.pwsd.group_size < 2:
         raise ConfigError("config key 'sft.pwsd.group_size' must be >= 2")
+    if cfg.sft.pwsd.teacher not in ("live", "frozen"):
+        raise ConfigError(f"config key 'sft.pwsd.teacher' must be 'live' or 'frozen', got "
+                          f"{cfg.sft.pwsd.teacher!r}")
     for i, spec in enumerate(cfg.rewards):
         if "name" not in spec:
             raise ConfigError(f"config key 'rewards[{i}]' needs a 'name'")

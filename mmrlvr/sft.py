@@ -73,7 +73,7 @@ def pwsd_config(cfg: Config, init: str | Path) -> Config:
     out.rewards = [{**spec, "weight": 0.0} for spec in cfg.rewards]      # logged, no gradient
     out.eval_rewards = cfg.eval_rewards or cfg.rewards                   # eval keeps the weights
     out.objectives = [{"name": "pwsd", "weight": 1.0, "alpha": stage.alpha,
-                       "max_rows": stage.max_rows, "seed": cfg.train.seed}]
+                       "max_rows": stage.max_rows, "seed": cfg.train.seed, "teacher": stage.teacher}]
     out.algo.beta = 0.0
     out.optim.lr = stage.lr
     out.rollout.group_size = stage.group_size

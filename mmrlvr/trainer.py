@@ -119,8 +119,13 @@ def build_run(cfg: Config, resume: bool = False) -> tuple[Run, int]:
         policy = Policy.load(cfg.model, adapter, device, adapter_dir=ckpt / "adapter")
     else:
         policy = Policy.load(cfg.model, adapter, device, path=str(ckpt) if ckpt else None)
+    objectives = objectives_mod.build(cfg.objectives)
+    wants_ref = [o.name for _, o in objectives if getattr(o, "needs_ref_model", False)]
+    if wants_ref and cfg.model.lora.r > 0:
+        raise ValueError(f"objective {wants_ref[0]!r} asks for the frozen model.path weights, which "
+                         f"a LoRA run does not hold apart (merge the adapter first)")
     ref_model = None
-    if cfg.algo.beta > 0 and cfg.model.lora.r == 0:
+    if (cfg.algo.beta > 0 or wants_ref) and cfg.model.lora.r == 0:
         ref_model = load_model(cfg.model.path, policy.dtype, cfg.model.attn_implementation)
         ref_model.to(device).eval().requires_grad_(False)
 
@@ -147,7 +152,7 @@ def build_run(cfg: Config, resume: bool = False) -> tuple[Run, int]:
     engine = make_engine(cfg.rollout.backend, policy, cfg.rollout.branching,
                          cfg.rollout.vllm_gpu_memory_utilization)
     run = Run(cfg, accelerator, policy, engine,
-              build_combined(cfg.rewards), objectives_mod.build(cfg.objectives), optimizer, scheduler,
+              build_combined(cfg.rewards), objectives, optimizer, scheduler,
               train_data, eval_data, sampler, ref_model, run_dir, len(report.skipped))
     return run, start_step
 
@@ -295,7 +300,7 @@ def _objective_losses(run: Run, rollouts, scores, advantages, step: int) -> dict
     if not run.objectives:
         return {}
     ctx = objectives_mod.StepContext(run.policy, rollouts, scores, advantages, step,
-                                     run.cfg.train.steps, run.run_dir)
+                                     run.cfg.train.steps, run.run_dir, run.ref_model)
     out = {}
     for weight, objective in run.objectives:
         loss, st = objective.loss(ctx)

@@ -202,3 +202,55 @@ def test_pwsd_only_needs_an_sft_model_and_accepts_overrides_after_the_flag(tmp_p
     assert f"{missing}/final, which does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["sft", "configs/banners_cpu.yaml", "--bogus"])
+
+
+def test_a_frozen_teacher_scores_with_the_frozen_weights(translation_policy, banner_examples):
+    import copy
+
+    from mmrlvr.rollout import make_engine
+    from mmrlvr.rollout.base import SamplingParams
+
+    policy, examples = translation_policy, banner_examples[1][:2]
+    batch = policy.adapter.encode(examples, policy.processor)
+    torch.manual_seed(2)
+    rollouts = make_engine("hf", policy).generate(batch, SamplingParams(n=2, max_new_tokens=6))
+    live = PWSD()
+    frozen = PWSD(teacher="frozen")
+    assert frozen.needs_ref_model and not live.needs_ref_model
+    with pytest.raises(ValueError, match="ref_model"):
+        frozen.loss(StepContext(policy, rollouts, [], torch.zeros(4), 1, 1))
+    same = copy.deepcopy(policy.base_model()).eval()                  # frozen copy = live weights
+    moved = copy.deepcopy(same)
+    with torch.no_grad():
+        for p in moved.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    with torch.no_grad():
+        l_live, _ = live.loss(StepContext(policy, rollouts, [], torch.zeros(4), 1, 1))
+        l_same, _ = frozen.loss(StepContext(policy, rollouts, [], torch.zeros(4), 1, 1, ref_model=same))
+        l_moved, _ = frozen.loss(StepContext(policy, rollouts, [], torch.zeros(4), 1, 1, ref_model=moved))
+    assert float(l_same) == pytest.approx(float(l_live), rel=1e-5)
+    assert abs(float(l_moved) - float(l_live)) > 1e-4
+    with pytest.raises(ValueError, match="live.*frozen"):
+        PWSD(teacher="student")
+
+
+def test_the_trainer_loads_the_frozen_teacher_for_pwsd(tmp_path, tiny_vl, banner_examples):
+    import yaml
+
+    from mmrlvr.config import ConfigError, load_config
+    from mmrlvr.logger import read_metrics
+    from mmrlvr.trainer import train
+
+    data_dir, _ = banner_examples
+    cfg = {"model": {"path": str(tiny_vl), "modality": "image_translation"},
+           "data": {"train": str(data_dir / "train.jsonl")},
+           "rollout": {"group_size": 2, "max_new_tokens": 6},
+           "rewards": [{"name": "translation", "weight": 0.0}],
+           "objectives": [{"name": "pwsd", "weight": 1.0, "teacher": "frozen"}],
+           "train": {"steps": 1, "batch_prompts": 2, "out_dir": str(tmp_path / "run")}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    train(load_config(tmp_path / "c.yaml"), progress=False)     # beta 0: loaded for the teacher alone
+    (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert row["objective/pwsd/rows"] == 4 and row["objective/pwsd"] > 0
+    with pytest.raises(ConfigError, match="sft.pwsd.teacher"):
+        load_config(tmp_path / "c.yaml", ["sft.pwsd.teacher=student"])

@@ -26,6 +26,7 @@ class StepContext:
     step: int
     total_steps: int
     run_dir: Any = None
+    ref_model: Any = None                  # frozen model.path weights, where loaded (beta > 0 or asked)
 
 
 class Objective(Protocol):

@@ -13,6 +13,12 @@ text would help) weigh most. The teacher pass runs without gradients (it is a fi
 each step); the KL is over the full vocabulary at temperature 1. Tokens are averaged over the
 batch, as the GRPO loss aggregates by default. At most `max_rows` rollouts are distilled per
 step (a seeded draw, so resumes repeat exactly).
+
+`teacher: live` (the default) scores with the model being trained, so the teacher moves with the
+student; `teacher: frozen` scores with the weights PWSD started from (model.path, the SFT model),
+which the trainer then loads once. Measured on the CPU banners chain: with a live teacher, lr 1e-4
+degenerated both into repeated phrases within 100 steps (the KL stayed small — the teacher had
+degenerated too); a frozen teacher cannot follow the student there.
 """
 from __future__ import annotations
 
@@ -62,10 +68,14 @@ class PWSD:
 
     name = "pwsd"
 
-    def __init__(self, alpha: float = 1.0, max_rows: int = 16, seed: int = 0):
+    def __init__(self, alpha: float = 1.0, max_rows: int = 16, seed: int = 0, teacher: str = "live"):
         if max_rows < 1:
             raise ValueError(f"pwsd: max_rows must be >= 1, got {max_rows}")
+        if teacher not in ("live", "frozen"):
+            raise ValueError(f"pwsd: teacher must be 'live' or 'frozen', got {teacher!r}")
         self.alpha, self.max_rows, self.seed = float(alpha), int(max_rows), int(seed)
+        self.teacher = teacher
+        self.needs_ref_model = teacher == "frozen"      # the trainer loads model.path once
 
     def prepare(self, policy, rollouts, rows: list[int]) -> dict[str, Any]:
         """Student and teacher inputs for `rows` of the rollouts, with their completions."""
@@ -91,9 +101,15 @@ class PWSD:
         if not rows:
             return None, {"rows": 0.0}
         batch = self.prepare(policy, rollouts, rows)
+        model = policy.base_model()
+        if self.teacher == "frozen":
+            if ctx.ref_model is None:
+                raise ValueError("pwsd teacher 'frozen' needs the trainer's frozen model.path copy "
+                                 "(StepContext.ref_model), which this run did not load")
+            model = ctx.ref_model
         with torch.no_grad():
             teacher = vocab_logprobs(policy, batch["teacher"], batch["ids"], batch["mask"],
-                                     model=policy.base_model())                   # [n, C, V]
+                                     model=model)                                 # [n, C, V]
         student = vocab_logprobs(policy, batch["student"], batch["ids"], batch["mask"])
         mask = batch["mask"].to(student.device)
         loss, st = pwsd_loss(student, teacher, batch["ids"].to(student.device), mask, self.alpha)

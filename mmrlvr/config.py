@@ -183,6 +183,8 @@ class PWSDStageConfig:
     """Prompts per step."""
     group_size: int = 2
     """Student samples per prompt."""
+    temperature: float = 1.0
+    """Sampling temperature of the student's rollouts (GRPO's is rollout.temperature)."""
     out_dir: str = "runs/pwsd"
     """Where the PWSD model and its run go (`OUT/final` is what GRPO starts from and keeps a KL to)."""
 

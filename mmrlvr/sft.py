@@ -77,6 +77,7 @@ def pwsd_config(cfg: Config, init: str | Path) -> Config:
     out.algo.beta = 0.0
     out.optim.lr = stage.lr
     out.rollout.group_size = stage.group_size
+    out.rollout.temperature = stage.temperature
     out.train.steps = stage.steps
     out.train.batch_prompts = stage.batch_prompts
     out.train.out_dir = stage.out_dir

@@ -254,3 +254,18 @@ def test_the_trainer_loads_the_frozen_teacher_for_pwsd(tmp_path, tiny_vl, banner
     assert row["objective/pwsd/rows"] == 4 and row["objective/pwsd"] > 0
     with pytest.raises(ConfigError, match="sft.pwsd.teacher"):
         load_config(tmp_path / "c.yaml", ["sft.pwsd.teacher=student"])
+
+
+def test_the_pwsd_stage_config_takes_its_own_settings(tmp_path):
+    from mmrlvr.config import load_config
+    from mmrlvr.sft import pwsd_config
+
+    cfg = load_config(None, ["model.modality=image_translation", "rollout.temperature=0.7",
+                             "algo.beta=0.04", "sft.pwsd.steps=5", "sft.pwsd.temperature=1.0",
+                             "sft.pwsd.teacher=frozen", "sft.pwsd.lr=3e-5",
+                             "rewards=[{name: translation, weight: 1.0}]"])
+    out = pwsd_config(cfg, tmp_path / "sft")
+    assert out.rollout.temperature == 1.0 and cfg.rollout.temperature == 0.7   # GRPO keeps its own
+    assert out.algo.beta == 0.0 and out.optim.lr == 3e-5 and out.train.steps == 5
+    assert out.objectives[0]["teacher"] == "frozen" and out.rewards[0]["weight"] == 0.0
+    assert out.model.path == str(tmp_path / "sft")

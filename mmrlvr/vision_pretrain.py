@@ -72,6 +72,11 @@ def vision_tower(model: torch.nn.Module) -> torch.nn.Module:
                      f"is for image-text models")
 
 
+def merged_tokens(out: Any) -> torch.Tensor:
+    """The tower's merged tokens [N*T, D], whether it returns them or an output object."""
+    return getattr(out, "pooler_output", out)
+
+
 class Reader(torch.nn.Module):
     """The vision tower plus one linear head per slot over its flattened merged tokens."""
 
@@ -81,9 +86,7 @@ class Reader(torch.nn.Module):
         self.heads = torch.nn.ModuleList(torch.nn.Linear(tokens * width, n) for n in sizes)
 
     def forward(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> list[torch.Tensor]:
-        out = self.tower(pixel_values, grid_thw=grid_thw)
-        feats = getattr(out, "pooler_output", out)                    # merged tokens [N*T, D]
-        flat = feats.reshape(grid_thw.shape[0], -1)
+        flat = merged_tokens(self.tower(pixel_values, grid_thw=grid_thw)).reshape(grid_thw.shape[0], -1)
         return [head(flat) for head in self.heads]
 
 
@@ -122,9 +125,7 @@ def pretrain_vision(model_dir: str | Path, train: str | Path, out_dir: str | Pat
 
     pv, grid = pixels(rows[:1])
     with torch.no_grad():
-        probe = tower(pv, grid_thw=grid)
-    width = getattr(probe, "pooler_output", probe).shape[-1]
-    tokens = getattr(probe, "pooler_output", probe).shape[0]
+        tokens, width = merged_tokens(tower(pv, grid_thw=grid)).shape
     reader = Reader(tower, tokens, width, [len(c) for c in space.values()])
     opt = torch.optim.Adam(reader.parameters(), lr=lr)
 

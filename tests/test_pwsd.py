@@ -111,23 +111,29 @@ def test_pwsd_needs_the_image_translation_modality(policy, shapes_dir):
         PWSD().loss(ctx)
 
 
-def test_a_grpo_step_runs_with_the_translation_reward_and_pwsd(tmp_path, tiny_vl, banner_examples):
+def one_pwsd_step(tmp_path, tiny_vl, data_dir, reward_weight: float, pwsd: dict) -> dict:
+    """One GRPO-trainer step on banners with the translation reward and a pwsd objective;
+    returns its metrics row (the config is left at tmp_path/c.yaml)."""
     import yaml
 
     from mmrlvr.config import load_config
     from mmrlvr.logger import read_metrics
     from mmrlvr.trainer import train
 
-    data_dir, _ = banner_examples
     cfg = {"model": {"path": str(tiny_vl), "modality": "image_translation"},
            "data": {"train": str(data_dir / "train.jsonl")},
            "rollout": {"group_size": 2, "max_new_tokens": 6},
-           "rewards": [{"name": "translation", "weight": 1.0}],
-           "objectives": [{"name": "pwsd", "weight": 1.0}],
+           "rewards": [{"name": "translation", "weight": reward_weight}],
+           "objectives": [{"name": "pwsd", "weight": 1.0, **pwsd}],
            "train": {"steps": 1, "batch_prompts": 2, "out_dir": str(tmp_path / "run")}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     train(load_config(tmp_path / "c.yaml"), progress=False)
     (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    return row
+
+
+def test_a_grpo_step_runs_with_the_translation_reward_and_pwsd(tmp_path, tiny_vl, banner_examples):
+    row = one_pwsd_step(tmp_path, tiny_vl, banner_examples[0], 1.0, {})
     assert row["reward/translation/parse_fail"] == 1.0             # random weights write no patch
     assert "objective/pwsd" in row and row["objective/pwsd/rows"] == 4
 
@@ -235,22 +241,10 @@ def test_a_frozen_teacher_scores_with_the_frozen_weights(translation_policy, ban
 
 
 def test_the_trainer_loads_the_frozen_teacher_for_pwsd(tmp_path, tiny_vl, banner_examples):
-    import yaml
-
     from mmrlvr.config import ConfigError, load_config
-    from mmrlvr.logger import read_metrics
-    from mmrlvr.trainer import train
 
-    data_dir, _ = banner_examples
-    cfg = {"model": {"path": str(tiny_vl), "modality": "image_translation"},
-           "data": {"train": str(data_dir / "train.jsonl")},
-           "rollout": {"group_size": 2, "max_new_tokens": 6},
-           "rewards": [{"name": "translation", "weight": 0.0}],
-           "objectives": [{"name": "pwsd", "weight": 1.0, "teacher": "frozen"}],
-           "train": {"steps": 1, "batch_prompts": 2, "out_dir": str(tmp_path / "run")}}
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    train(load_config(tmp_path / "c.yaml"), progress=False)     # beta 0: loaded for the teacher alone
-    (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    # beta 0: the frozen copy is loaded for the teacher alone
+    row = one_pwsd_step(tmp_path, tiny_vl, banner_examples[0], 0.0, {"teacher": "frozen"})
     assert row["objective/pwsd/rows"] == 4 and row["objective/pwsd"] > 0
     with pytest.raises(ConfigError, match="sft.pwsd.teacher"):
         load_config(tmp_path / "c.yaml", ["sft.pwsd.teacher=student"])

@@ -83,7 +83,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.reward:
         from rewards.base import build_combined
         reward = build_combined([{"name": name, "weight": 1.0} for name in args.reward])
-    result = evaluate(policy, make_engine("hf", policy), data, max_new_tokens=args.max_new_tokens,
+    result = evaluate(policy, make_engine(args.backend, policy), data, max_new_tokens=args.max_new_tokens,
                       batch_size=args.batch_size, samples=args.samples, temperature=args.temperature,
                       system_prompt=args.system_prompt, format_prompt=args.format_prompt,
                       progress=True, keep_predictions=bool(args.out), reward=reward)
@@ -195,6 +195,12 @@ def cmd_stress(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from mmrlvr.plan import cmd_plan as run_plan
+
+    return run_plan(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from apps.launcher import serve
 
@@ -239,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--format-prompt", default="")
     e.add_argument("--on-error", default="raise", choices=["raise", "skip"])
     e.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    e.add_argument("--backend", default="hf", choices=["hf", "vllm"],
+                   help="rollout engine for generation (vllm: GPU, optional extra)")
     e.add_argument("--out", help="write metrics and every prediction to this JSON file")
     e.add_argument("--reward", action="append", metavar="NAME",
                    help="also score the greedy completions with this registered reward and report "
@@ -315,6 +323,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--min-pixels", type=int, help="default: the run's, else 56*56")
     r.add_argument("--max-pixels", type=int, help="default: the run's, else 112*112")
     r.set_defaults(fn=cmd_stress)
+
+    pl = sub.add_parser("plan", help="per-GPU memory of a config and whether it fits, before "
+                        "loading any weights")
+    pl.add_argument("config", help="run config (YAML)")
+    pl.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.strategy=fsdp2")
+    pl.add_argument("--gpus", type=int, help="number of GPUs (default: the visible ones, else 1)")
+    pl.add_argument("--gpu-mem", type=float, metavar="GIB",
+                    help="memory per GPU in GiB (default: the visible GPU's, else 80)")
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON")
+    pl.set_defaults(fn=cmd_plan)
 
     g = sub.add_parser("demo", help="Gradio app: ask a trained model, watch a run's curves")
     g.add_argument("--model", help="model dir (or hub id); without it only the monitor works")

@@ -40,7 +40,9 @@ class ModelConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     """LoRA through peft; `r: 0` disables it."""
     dtype: str = "auto"
-    """`auto` (bf16 on CUDA, fp32 on CPU), `float32` or `bfloat16`."""
+    """Compute dtype: `auto` (bf16 on CUDA, fp32 on CPU), `float32` or `bfloat16` (weights stay fp32)."""
+    param_dtype: str = "float32"
+    """Dtype of trainable weights and optimiser state; `bfloat16` (pure bf16) rounds small updates away."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     freeze_vision: bool = False
@@ -161,6 +163,8 @@ class TrainConfig:
     """Held-out prompts per generate call."""
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
+    strategy: str = "auto"
+    """Multi-process engine: `auto` (DDP when the model fits one device by `mmrlvr plan`, else FSDP2), `ddp`, `fsdp2`."""
 
 
 @dataclass
@@ -317,6 +321,8 @@ def validate(cfg: Config) -> None:
         "data.on_error": (cfg.data.on_error, ("raise", "skip")),
         "train.device": (cfg.train.device, ("auto", "cpu", "cuda")),
         "model.dtype": (cfg.model.dtype, ("auto", "float32", "bfloat16")),
+        "model.param_dtype": (cfg.model.param_dtype, ("float32", "bfloat16")),
+        "train.strategy": (cfg.train.strategy, ("auto", "ddp", "fsdp2")),
     }
     for key, (value, allowed) in choices.items():
         if value not in allowed:

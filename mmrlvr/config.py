@@ -73,6 +73,12 @@ class DataConfig:
     """Instruction appended to each question, e.g. asking for <think>/<answer> tags."""
     templates: list[str] = field(default_factory=list)
     """Prompt templates with a `{question}` slot; each prompt gets one drawn per step (empty: off)."""
+    allow_outside: bool = False
+    """Allow media paths that are absolute or lead outside the data file's dir (`../`)."""
+    max_image_pixels: int = 64_000_000
+    """Largest image (width × height) accepted at load; bigger files are bad rows."""
+    max_audio_seconds: float = 600.0
+    """Longest audio clip accepted at load; longer clips are bad rows."""
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """Checkpoints that survive `kill -9`: written to a temp dir, renamed into place, marked complete.
 
-`checkpoints/step-N/` holds an HF-loadable model dir plus `trainer_state.pt` (optimizer,
-scheduler, RNG states, data cursor, step). A dir without the `COMPLETE` marker — a save cut
-short — is never picked up and is removed on resume.
+`checkpoints/step-N/` holds an HF-loadable model dir plus `trainer_state.pt` (scheduler, RNG
+states of every rank, data cursor, step, and — unsharded runs — the optimizer). Under FSDP2 each
+rank also writes its shard of the model and optimizer with `torch.distributed.checkpoint` into
+`step-N/sharded/`, which loads back at any world size; the HF model is gathered to rank 0. A dir
+without the `COMPLETE` marker — a save cut short — is never picked up and is removed on resume.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from mmrlvr.parallel import Dist
 
 MARKER = "COMPLETE"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -37,23 +41,59 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, policy, trainer_state: dict[str, Any],
-                    keep: int = 2) -> Path:
-    """Write checkpoints/step-N atomically; keep the newest `keep` complete ones."""
+                    keep: int = 2, dist: Dist | None = None,
+                    sharded: dict[str, Any] | None = None) -> Path:
+    """Write checkpoints/step-N atomically; keep the newest `keep` complete ones.
+
+    Every rank calls it. `sharded` (FSDP2: the model's and optimizer's sharded state dicts,
+    `sharded_state`) is written by every rank into `sharded/`; rank 0 writes the rest and the
+    marker.
+    """
+    dist = dist or Dist()
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step}"
     tmp = root / f".tmp-step-{step}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    policy.save(tmp)
-    torch.save(trainer_state, tmp / "trainer_state.pt")
-    (tmp / MARKER).write_text(f"step {step}\n")
-    _fsync_dir(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    _fsync_dir(root)
-    for old in complete_checkpoints(run_dir)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+    if dist.main:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    dist.barrier()
+    policy.save(tmp, main=dist.main)
+    if sharded is not None:
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save(sharded, checkpoint_id=tmp / "sharded")
+    dist.barrier()
+    if dist.main:
+        torch.save(trainer_state, tmp / "trainer_state.pt")
+        (tmp / MARKER).write_text(f"step {step}\n")
+        _fsync_dir(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+        for old in complete_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    dist.barrier()
     return final
+
+
+def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """FSDP2 model and optimizer state as DCP saves and loads it (each rank its shard)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optimizer": optim_state}
+
+
+def load_sharded(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Restore FSDP2 model and optimizer shards from `ckpt/sharded` (any world size)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = sharded_state(model, optimizer)
+    dcp.load(state, checkpoint_id=Path(ckpt) / "sharded")
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optimizer"])
 
 
 def _fsync_dir(path: Path) -> None:

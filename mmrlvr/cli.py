@@ -58,9 +58,11 @@ def cmd_sft(args: argparse.Namespace) -> int:
             print(f"--pwsd-only starts from the SFT model {init}, which does not exist; run "
                   "`mmrlvr sft` first or set sft.out_dir", file=sys.stderr)
             return 2
-        print(json.dumps(run_pwsd(cfg, init), indent=2))
-        return 0
-    print(json.dumps(sft(cfg), indent=2))
+        summary = run_pwsd(cfg, init)
+    else:
+        summary = sft(cfg)
+    if summary:                      # rank 0 of a multi-process run
+        print(json.dumps(summary, indent=2))
     return 0
 
 
@@ -380,13 +382,18 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()  # per-shard load/save bars drown the run's own progress
     from mmrlvr.config import ConfigError
     from mmrlvr.data import DataError
+    from mmrlvr.parallel import LaunchError
     from mmrlvr.policy import PolicyError
 
     try:
         return args.fn(args)
-    except (ConfigError, DataError, PolicyError, FileNotFoundError) as err:
+    except (ConfigError, DataError, PolicyError, LaunchError, FileNotFoundError) as err:
         print(f"mmrlvr {args.command}: error: {err}", file=sys.stderr)
         return 2
+    finally:
+        dist = sys.modules.get("torch.distributed")     # only where a run imported it
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":

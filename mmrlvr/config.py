@@ -169,6 +169,10 @@ class TrainConfig:
     """Held-out prompts per generate call."""
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
+    max_skipped_steps: int = 3
+    """Stop the run after this many consecutive steps skipped for a non-finite loss or gradient."""
+    check_memory: bool = True
+    """On GPU, refuse a run that `mmrlvr plan` says will not fit (false: warn and run it)."""
     strategy: str = "auto"
     """Multi-process engine: `auto` (DDP when the model fits one device by `mmrlvr plan`, else FSDP2), `ddp`, `fsdp2`."""
 

@@ -26,19 +26,28 @@ def evaluate(policy, engine, examples: list[Example], *, max_new_tokens: int,
              keep_predictions: bool = False, reward=None) -> dict[str, Any]:
     """Evaluate on `examples`; `samples` > 0 adds pass@k with k = samples sampled completions;
     `reward` adds the mean reward of the greedy completions (total and per part)."""
+    records = score_examples(policy, engine, examples, max_new_tokens=max_new_tokens,
+                             batch_size=batch_size, samples=samples, temperature=temperature,
+                             system_prompt=system_prompt, format_prompt=format_prompt,
+                             progress=progress, reward=reward)
+    return aggregate(records, samples=samples, keep_predictions=keep_predictions)
+
+
+def score_examples(policy, engine, examples: list[Example], *, max_new_tokens: int,
+                   batch_size: int = 32, samples: int = 0, temperature: float = 1.0,
+                   system_prompt: str = "", format_prompt: str = "", progress: bool = False,
+                   reward=None) -> list[dict[str, Any]]:
+    """One record per example (its verdicts, length, graded reward parts and prediction), so a
+    multi-process eval can score its share and gather the records before `aggregate`."""
     acc_reward, fmt_reward = rewards.get("accuracy"), rewards.get("format")
-    correct, formatted, parsed, lengths, passed = [], [], [], [], []
-    family_hits: dict[str, list[float]] = defaultdict(list)
-    type_hits: dict[str, list[float]] = defaultdict(list)
-    predictions = []
-    graded: dict[str, list[float]] = defaultdict(list)
+    records = []
     bar = tqdm(total=len(examples), desc="eval", disable=not progress, leave=False)
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
         prompts = policy.adapter.encode(chunk, policy.processor, system_prompt=system_prompt,
                                         format_prompt=format_prompt)
         greedy = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
-        lengths.extend(greedy.completion_mask.sum(dim=1).tolist())
+        lengths = greedy.completion_mask.sum(dim=1).tolist()
         sampled = None
         if samples > 0:
             sampled = engine.generate(prompts, SamplingParams(
@@ -46,33 +55,47 @@ def evaluate(policy, engine, examples: list[Example], *, max_new_tokens: int,
         for i, ex in enumerate(chunk):
             text = greedy.texts[i]
             acc = acc_reward.score(ex, [text])[0]
-            correct.append(acc["overall"])
-            parsed.append(acc["parsed"])
-            formatted.append(fmt_reward.score(ex, [text])[0]["overall"])
-            family_hits[str(ex.meta.get("family", "all"))].append(acc["overall"])
-            if "answer_type" in ex.meta:
-                type_hits[str(ex.meta["answer_type"])].append(acc["overall"])
+            record = {"id": ex.id, "prompt": ex.prompt, "gold": ex.answer, "completion": text,
+                      "correct": acc["overall"], "parsed": acc["parsed"],
+                      "formatted": fmt_reward.score(ex, [text])[0]["overall"],
+                      "length": lengths[i], "family": str(ex.meta.get("family", "all")),
+                      "answer_type": str(ex.meta["answer_type"]) if "answer_type" in ex.meta
+                      else None, "graded": {}}
             if reward is not None:
-                for key, value in reward.score(ex, [text])[0].items():
-                    graded["reward" if key == "overall" else f"reward/{key}"].append(float(value))
+                record["graded"] = {"reward" if key == "overall" else f"reward/{key}": float(value)
+                                    for key, value in reward.score(ex, [text])[0].items()}
             if sampled is not None:
                 group = sampled.texts[i * samples:(i + 1) * samples]
-                passed.append(float(any(s["overall"] for s in acc_reward.score(ex, group))))
-            if keep_predictions:
-                predictions.append({"id": ex.id, "prompt": ex.prompt, "gold": ex.answer,
-                                    "completion": text, "correct": bool(acc["overall"])})
+                record["passed"] = float(any(s["overall"] for s in acc_reward.score(ex, group)))
+            records.append(record)
         bar.update(len(chunk))
     bar.close()
-    n = max(len(correct), 1)
+    return records
+
+
+def aggregate(records: list[dict[str, Any]], samples: int = 0,
+              keep_predictions: bool = False) -> dict[str, Any]:
+    """The eval figures over `records` (`score_examples`, possibly gathered from several ranks)."""
+    n = max(len(records), 1)
+    mean = lambda key: sum(r[key] for r in records) / n  # noqa: E731
     result: dict[str, Any] = {
-        "n": len(correct),
-        "accuracy": sum(correct) / n,
-        "format_rate": sum(formatted) / n,
-        "parse_rate": sum(parsed) / n,
-        "mean_length": sum(lengths) / max(len(lengths), 1),
+        "n": len(records),
+        "accuracy": mean("correct"),
+        "format_rate": mean("formatted"),
+        "parse_rate": mean("parsed"),
+        "mean_length": mean("length"),
     }
     if samples > 0:
-        result[f"pass@{samples}"] = sum(passed) / n
+        result[f"pass@{samples}"] = mean("passed")
+    graded: dict[str, list[float]] = defaultdict(list)
+    family_hits: dict[str, list[float]] = defaultdict(list)
+    type_hits: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        for key, value in r["graded"].items():
+            graded[key].append(value)
+        family_hits[r["family"]].append(r["correct"])
+        if r["answer_type"] is not None:
+            type_hits[r["answer_type"]].append(r["correct"])
     for key, values in graded.items():
         result[key] = sum(values) / len(values)
     if len(family_hits) > 1:
@@ -81,5 +104,7 @@ def evaluate(policy, engine, examples: list[Example], *, max_new_tokens: int,
     for kind, hits in sorted(type_hits.items()):
         result[f"answer_type/{kind}"] = sum(hits) / len(hits)
     if keep_predictions:
-        result["predictions"] = predictions
+        result["predictions"] = [{"id": r["id"], "prompt": r["prompt"], "gold": r["gold"],
+                                  "completion": r["completion"], "correct": bool(r["correct"])}
+                                 for r in records]
     return result

@@ -184,7 +184,7 @@ def convert(spec: str, out_dir: str | Path) -> dict[str, Any]:
     out_dir = Path(out_dir)
     counts = {}
     for name, rows in sorted(by_split.items()):
-        write_jsonl(rows, out_dir / f"{name}.jsonl")
+        write_jsonl(rows, out_dir / f"{name}.jsonl", copy_media_to="media")   # self-contained
         counts[name] = {"rows": len(rows), "closed": sum(r.meta["answer_type"] == "closed" for r in rows)}
     info = {"source": spec, "splits": counts}
     (out_dir / "info.json").write_text(json.dumps(info, indent=2) + "\n")

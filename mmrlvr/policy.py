@@ -1,10 +1,18 @@
 """The policy: a model and its processor, loaded from a local dir or hub id, with optional LoRA.
 
 It computes per-token logprobs of completions given their (un-expanded) prompts, in
-micro-batches, and saves itself as an HF-loadable model dir (LoRA merged on save).
+micro-batches — the one training forward every loss and objective goes through — and saves
+itself as an HF-loadable model dir (LoRA merged on save).
+
+Precision: trainable weights and AdamW's state are kept in `model.param_dtype` (fp32 by
+default) and the forward runs in `model.dtype` (bf16 on CUDA) under autocast, or, when sharded
+with FSDP2, through its MixedPrecisionPolicy. An AdamW update of lr 1e-6 moves a fp32 weight;
+written into a bf16 weight of magnitude 0.02 it rounds away (half a bf16 step there is 6e-5).
+With LoRA the frozen base weights are held in the compute dtype and only the adapters in fp32.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -12,25 +20,37 @@ import torch
 import torch.nn.functional as F
 
 from mmrlvr.config import ModelConfig
+from mmrlvr.parallel import gathered, pick_device  # noqa: F401  (pick_device: public here too)
 from modalities.base import Adapter, to_device
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 class PolicyError(RuntimeError):
     """A model dir that cannot be loaded as configured; the message says what is missing."""
 
 
-def pick_device(name: str = "auto") -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise PolicyError("train.device is 'cuda' but no CUDA device is visible")
-    return torch.device(name)
-
-
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The compute dtype `model.dtype` names (`auto`: bf16 on CUDA, fp32 on CPU)."""
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+    return DTYPES[name]
+
+
+def bf16_update_warning(params: list[torch.nn.Parameter], lr: float) -> str:
+    """What pure-bf16 weights do to AdamW updates of about `lr`: the smallest change a weight of
+    the median magnitude can take, and the share of weights an update of `lr` cannot move."""
+    sample = torch.cat([p.detach().float().flatten()[:100_000].abs() for p in params])
+    median = float(sample.median())
+    # a bf16 number w has 8 significant bits: its step is 2^(floor(log2|w|) - 7); an update
+    # below half a step rounds back to w
+    half_step = lambda w: 2.0 ** (torch.floor(torch.log2(w.clamp(min=1e-30))) - 8)  # noqa: E731
+    stuck = float((half_step(sample) > lr).float().mean())
+    return (f"model.param_dtype is bfloat16: AdamW writes its update (about lr = {lr:g} per step) "
+            f"into bf16 weights. A weight of the median magnitude {median:.3g} only moves by "
+            f"updates of at least {float(half_step(torch.tensor(median))):.2g}, so about "
+            f"{100 * stuck:.0f}% of the weights cannot change at this lr. Use model.param_dtype: "
+            "float32 (the default: fp32 master weights, bf16 compute) unless this is intended.")
 
 
 def load_processor(path: str) -> Any:
@@ -77,11 +97,16 @@ class Policy:
     """Model + processor + modality adapter on one device."""
 
     def __init__(self, model: torch.nn.Module, processor: Any, adapter: Adapter,
-                 device: torch.device, lora: bool = False):
+                 device: torch.device, lora: bool = False, compute_dtype: torch.dtype | None = None):
         self.model, self.processor, self.adapter = model, processor, adapter
         self.device, self.lora = device, lora
         self.forward_model = model
-        """What training forwards run through: the model, or its DDP wrapper under accelerate."""
+        """What training forwards run through: the model, or its DDP wrapper."""
+        self.compute_dtype = compute_dtype or self.dtype
+        """The dtype matrix products run in (`model.dtype`)."""
+        self.sharded = False
+        """Set when FSDP2 shards the model: it then casts for the forward itself (no autocast),
+        and media features are computed inside the model's forward (see mmrlvr.parallel)."""
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.eos_ids = self._eos_ids()
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
@@ -96,7 +121,9 @@ class Policy:
         if not path:
             raise PolicyError("model.path is empty: give a local model dir or hub id")
         processor = load_processor(path)
-        model = load_model(path, pick_dtype(cfg.dtype, device), cfg.attn_implementation)
+        compute, master = pick_dtype(cfg.dtype, device), DTYPES[cfg.param_dtype]
+        # LoRA trains adapters only: the frozen base stays in the compute dtype
+        model = load_model(path, compute if cfg.lora.r > 0 else master, cfg.attn_implementation)
         if cfg.freeze_vision:
             for name, p in model.named_parameters():
                 if ".visual." in f".{name}" or name.startswith("visual."):
@@ -113,13 +140,17 @@ class Policy:
             else:
                 model = get_peft_model(model, LoraConfig(
                     r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                    target_modules=cfg.lora.target_modules))
+                    target_modules=cfg.lora.target_modules),
+                    autocast_adapter_dtype=False)
+            for p in model.parameters():            # adapters in the master dtype
+                if p.requires_grad:
+                    p.data = p.data.to(master)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if cfg.lora.r > 0:
                 model.enable_input_require_grads()
         model.to(device)
-        return cls(model, processor, adapter, device, lora=cfg.lora.r > 0)
+        return cls(model, processor, adapter, device, lora=cfg.lora.r > 0, compute_dtype=compute)
 
     def _eos_ids(self) -> list[int]:
         ids = []
@@ -147,6 +178,68 @@ class Policy:
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Compute in `compute_dtype` where some weights are held wider (fp32 masters, LoRA
+        adapters); FSDP2 casts by itself, and all-bf16 or all-fp32 needs nothing."""
+        if self.sharded or all(p.dtype == self.compute_dtype for p in self.model.parameters()):
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+
+    @contextlib.contextmanager
+    def generation(self):
+        """Around `generate` and media encoding for it: eval mode, the compute dtype, and under
+        FSDP2 the whole model gathered once."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with gathered(self.base_model()), self.autocast():
+                yield
+        finally:
+            self.model.train(was_training)
+
+    def shared_media(self, prompts, prompt_rows: list[int], model: torch.nn.Module | None = None
+                     ) -> dict[str, Any] | None:
+        """Media features of the distinct prompts among `prompt_rows`, computed once and shared by
+        the rows (`Adapter.shared_media`); None under FSDP2, where the model encodes them."""
+        if self.sharded:
+            return None
+        with self.autocast():
+            return self.adapter.shared_media(model if model is not None else self.base_model(),
+                                             prompts, prompt_rows, self.device, self.dtype)
+
+    def training_inputs(self, inputs: dict[str, torch.Tensor], completion_ids: torch.Tensor,
+                        completion_mask: torch.Tensor, model: torch.nn.Module | None = None,
+                        media: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Forward kwargs for prompt ++ completion ([N, P+C]) on the policy's device, with the
+        position ids and, given `media` (`shared_media`), the shared features in place."""
+        full = self.adapter.training_inputs(inputs, completion_ids, completion_mask)
+        full = to_device(full, self.device, self.dtype)
+        if media is not None:
+            full = self.adapter.apply_media(model if model is not None else self.base_model(),
+                                            full, media)
+        full["position_ids"] = self.adapter.position_ids(self.base_model(), full)
+        return full
+
+    def vocab_logprobs(self, full: dict[str, Any], n_completion: int,
+                       model: torch.nn.Module | None = None, temperature: float = 1.0,
+                       inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """log π over the vocabulary at the last `n_completion` positions of `full`
+        (`training_inputs`), at `temperature`. -> [N, C, V] float32.
+
+        The one training forward: GRPO's logprobs, the reference's, PWSD's teacher and student
+        and PIRL's perturbed pass all come through here. `model` overrides the network (a
+        frozen reference); default `forward_model`. `inputs_embeds` replaces the token
+        embeddings (PIRL; the ids stay so media placeholders are still found).
+        """
+        C = n_completion
+        model = model if model is not None else self.forward_model
+        extra = {} if inputs_embeds is None else {"inputs_embeds": inputs_embeds}
+        with self.autocast():
+            out = model(**full, **extra, use_cache=False, logits_to_keep=C + 1)
+        # models without `logits_to_keep` (Qwen2-Audio) return every position: keep the last C+1
+        logits = out.logits[:, -(C + 1):-1, :].float() / temperature          # [N, C, V]
+        return F.log_softmax(logits, dim=-1)                                   # [N, C, V]
+
     def completion_logprobs(self, inputs: dict[str, torch.Tensor], completion_ids: torch.Tensor,
                             completion_mask: torch.Tensor, temperature: float = 1.0,
                             with_entropy: bool = False, model: torch.nn.Module | None = None,
@@ -157,20 +250,10 @@ class Policy:
         Logits are divided by the sampling temperature so they score the distribution sampled.
         Returns (logprobs, entropy or None), both [N, C]; padded positions hold garbage (mask them).
         `model` overrides the network (a frozen reference); default `forward_model`. `media`
-        replaces the media tensors with precomputed features (`Adapter.shared_media`).
+        replaces the media tensors with precomputed features (`shared_media`).
         """
-        full = self.adapter.training_inputs(inputs, completion_ids, completion_mask)
-        full = to_device(full, self.device, self.dtype)
-        if media is not None:
-            full = self.adapter.apply_media(model if model is not None else self.base_model(),
-                                            full, media)
-        position_ids = self.adapter.position_ids(self.base_model(), full)
-        C = completion_ids.shape[1]
-        model = model if model is not None else self.forward_model
-        out = model(**full, position_ids=position_ids, use_cache=False, logits_to_keep=C + 1)
-        # models without `logits_to_keep` (Qwen2-Audio) return every position: keep the last C+1
-        logits = out.logits[:, -(C + 1):-1, :].float() / temperature          # [N, C, V]
-        logp_all = F.log_softmax(logits, dim=-1)                               # [N, C, V]
+        full = self.training_inputs(inputs, completion_ids, completion_mask, model, media)
+        logp_all = self.vocab_logprobs(full, completion_ids.shape[1], model, temperature)
         ids = completion_ids.to(self.device).unsqueeze(-1)                     # [N, C, 1]
         logp = logp_all.gather(-1, ids).squeeze(-1)                            # [N, C]
         entropy = None
@@ -179,21 +262,43 @@ class Policy:
                 entropy = -(logp_all.exp() * logp_all).sum(-1)                 # [N, C]
         return logp, entropy
 
-    def save(self, out_dir: str | Path) -> Path:
-        """Write an HF-loadable model dir (LoRA merged into the weights) with the processor."""
+    def save(self, out_dir: str | Path, main: bool = True) -> Path:
+        """Write an HF-loadable model dir (LoRA merged into the weights) with the processor.
+
+        Under FSDP2 every rank must call it (the weights are gathered); `main` writes.
+        """
         out_dir = Path(out_dir)
+        if self.sharded:
+            from mmrlvr.parallel import full_state_dict
+
+            state = full_state_dict(self.base_model())
+            if main:
+                self.base_model().save_pretrained(out_dir, state_dict=state)
+                self.processor.save_pretrained(out_dir)
+            return out_dir
+        if not main:
+            return out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
         if self.lora:
-            self.model.merge_adapter()
-            try:
-                base = self.model.get_base_model()
-                state = {k.replace(".base_layer.", "."): v.detach().cpu()
-                         for k, v in base.state_dict().items() if "lora_" not in k}
-                base.save_pretrained(out_dir, state_dict=state)
-            finally:
-                self.model.unmerge_adapter()
+            base = self.model.get_base_model()
+            base.save_pretrained(out_dir, state_dict=self._merged_state(base))
             self.model.save_pretrained(out_dir / "adapter")
         else:
             self.model.save_pretrained(out_dir)
         self.processor.save_pretrained(out_dir)
         return out_dir
+
+    @staticmethod
+    def _merged_state(base: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The base model's state with each LoRA delta added in fp32 (the live weights are left
+        alone: merging into bf16 weights and unmerging again would round them)."""
+        state = {}
+        for name, module in base.named_modules():
+            if hasattr(module, "base_layer") and hasattr(module, "get_delta_weight"):
+                weight = module.base_layer.weight
+                delta = sum(module.get_delta_weight(a).float() for a in module.active_adapters)
+                state[f"{name}.weight"] = (weight.detach().float() + delta).to(weight.dtype).cpu()
+        for key, value in base.state_dict().items():
+            if "lora_" not in key:
+                state.setdefault(key.replace(".base_layer.", "."), value.detach().cpu())
+        return state

@@ -10,6 +10,10 @@ TransAnyText (`model.modality: image_translation`) adds two things:
     distilled towards the privileged teacher by the `pwsd` objective alone (rewards weighted 0,
     still logged and evaluated), saved to `sft.pwsd.out_dir/final` — the checkpoint GRPO starts
     from and keeps its KL to.
+
+Under several processes (as `mmrlvr train`, see `mmrlvr.parallel`) every rank draws the same
+batch and trains its share of it; the loss is normalised by the batch's token count over all
+ranks, so the update equals one process's on the whole batch.
 """
 from __future__ import annotations
 
@@ -22,15 +26,14 @@ from typing import Any
 
 import torch
 
-import modalities
 from mmrlvr.config import Config, save_config
-from mmrlvr.data import DataError, Example, LoadReport, load_dataset
-from mmrlvr.evaluate import evaluate
+from mmrlvr.data import DataError, Example, LoadReport, load_split
+from mmrlvr.evaluate import aggregate, score_examples
 from mmrlvr.logger import RunLogger
-from mmrlvr.policy import Policy, pick_device
 from mmrlvr.rollout import make_engine
 from mmrlvr.sampler import PromptSampler
-from mmrlvr.trainer import seed_everything, train, warmup_cosine
+from mmrlvr.trainer import (clip_grad_norm, load_policy, seed_everything, start_processes,
+                            sync_grads, train, warmup_cosine)
 from modalities.base import select
 from rewards.base import build_combined
 
@@ -100,71 +103,79 @@ def sft(cfg: Config, progress: bool = True) -> dict[str, Any]:
                          f"got {cfg.model.modality!r}")
     from tqdm.auto import tqdm
 
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+    d = start_processes(cfg, cfg.sft.batch_size, "sft.batch_size")
     seed_everything(cfg.train.seed)
     out_dir = Path(cfg.sft.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out_dir / "config.yaml")
-    device = pick_device(cfg.train.device)
-    adapter = modalities.get(cfg.model.modality, min_pixels=cfg.model.min_pixels,
-                             max_pixels=cfg.model.max_pixels)
+    if d.main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, out_dir / "config.yaml")
     report = LoadReport()
-    data = load_dataset(cfg.data.train, on_error=cfg.data.on_error, report=report)
+    data = load_split(cfg.data, "train", report)
+    if d.main:
+        report.write(out_dir)                  # skipped_rows.jsonl: file, row, id, reason
     for ex in data:
         sft_target(ex)
-    eval_data = load_dataset(cfg.data.eval, on_error=cfg.data.on_error) if cfg.data.eval else []
-    if cfg.data.eval_limit:
-        eval_data = eval_data[:cfg.data.eval_limit]
-    policy = Policy.load(cfg.model, adapter, device, path=cfg.sft.init or None)
+    eval_data = load_split(cfg.data, "eval")
+    policy = load_policy(cfg, d, init=cfg.sft.init or None)
+    adapter = policy.adapter
     engine = make_engine("hf", policy)
     opt = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.sft.lr,
                             weight_decay=cfg.optim.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, warmup_cosine(cfg.sft.warmup_steps, cfg.sft.steps, cfg.optim.min_lr_ratio))
-    logger = RunLogger(out_dir)
+    logger = RunLogger(out_dir, enabled=d.main)
     sampler = PromptSampler(len(data), cfg.train.seed)
 
     def run_eval() -> dict[str, float]:
-        res = evaluate(policy, engine, eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
-                       batch_size=cfg.train.eval_batch, system_prompt=cfg.data.system_prompt,
-                       format_prompt=cfg.data.format_prompt,
-                       reward=build_combined(cfg.eval_rewards or cfg.rewards)
-                       if cfg.train.eval_reward else None)
-        return {f"eval/{k}": v for k, v in res.items()}
+        records = score_examples(policy, engine, eval_data[d.rank::d.world],
+                                 max_new_tokens=cfg.rollout.max_new_tokens,
+                                 batch_size=cfg.train.eval_batch,
+                                 system_prompt=cfg.data.system_prompt,
+                                 format_prompt=cfg.data.format_prompt,
+                                 reward=build_combined(cfg.eval_rewards or cfg.rewards)
+                                 if cfg.train.eval_reward else None)
+        gathered = [r for part in d.gather(records) for r in part]
+        return {f"eval/{k}": v for k, v in aggregate(gathered).items()} if d.main else {}
 
-    summary: dict[str, Any] = {"steps": cfg.sft.steps, "model": cfg.sft.init or cfg.model.path, "train_rows": len(data)}
+    summary: dict[str, Any] = {"steps": cfg.sft.steps, "model": cfg.sft.init or cfg.model.path,
+                               "train_rows": len(data), "world_size": d.world,
+                               "strategy": d.strategy}
     if eval_data:
         first = run_eval()
         logger.log(0, first)
-        summary["accuracy_start"] = first["eval/accuracy"]
-        if "eval/reward" in first:
-            summary["reward_start"] = first["eval/reward"]
+        if d.main:
+            summary["accuracy_start"] = first["eval/accuracy"]
+            if "eval/reward" in first:
+                summary["reward_start"] = first["eval/reward"]
     eos = policy.eos_ids[0]
-    bar = tqdm(range(1, cfg.sft.steps + 1), desc="sft", disable=not progress)
+    bar = tqdm(range(1, cfg.sft.steps + 1), desc="sft", disable=not (progress and d.main))
     t_start = time.perf_counter()
     view_rng = random.Random(f"sft-views-{cfg.train.seed}")
     for step in bar:
         batch = [data[i] for i in sampler.next(cfg.sft.batch_size)]
         if cfg.sft.privileged_fraction:
             batch = privileged_rows(batch, cfg.sft.privileged_fraction, view_rng)
-        prompts = adapter.encode(batch, policy.processor, system_prompt=cfg.data.system_prompt,
+        share = batch[d.rank * len(batch) // d.world:(d.rank + 1) * len(batch) // d.world]
+        prompts = adapter.encode(share, policy.processor, system_prompt=cfg.data.system_prompt,
                                  format_prompt=cfg.data.format_prompt)
-        ids, mask = encode_targets(policy.tokenizer, [sft_target(ex) for ex in batch], eos, policy.pad_id)
-        total_tokens = float(mask.sum())
+        ids, mask = encode_targets(policy.tokenizer, [sft_target(ex) for ex in share], eos, policy.pad_id)
+        total_tokens = d.all_sum(float(mask.sum()))
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
         mb = cfg.train.micro_batch
-        for start in range(0, len(batch), mb):
-            rows = list(range(start, min(start + mb, len(batch))))
-            inputs, _ = select(prompts, rows)
-            logp, _ = policy.completion_logprobs(inputs, ids[rows], mask[rows])
-            m = mask[rows].to(logp.device).float()
-            loss = -(logp * m).sum() / total_tokens                             # token-mean NLL
-            loss.backward()
+        starts = range(0, len(share), mb)
+        for start in starts:
+            rows = list(range(start, min(start + mb, len(share))))
+            with sync_grads(d, policy, start == starts[-1]):
+                inputs, _ = select(prompts, rows)
+                logp, _ = policy.completion_logprobs(inputs, ids[rows], mask[rows])
+                m = mask[rows].to(logp.device).float()
+                loss = -(logp * m).sum() / total_tokens                         # token-mean NLL
+                (loss * d.world).backward()      # DDP/FSDP2 average over ranks: sum instead
             loss_sum += float(loss.detach())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(),
-                                                         cfg.optim.max_grad_norm or float("inf")))
+        loss_sum = d.all_sum(loss_sum)
+        grad_norm = clip_grad_norm(policy.trainable_parameters(),
+                                   cfg.optim.max_grad_norm or float("inf"))
         opt.step()
         sched.step()
         metrics = {"sft/loss": loss_sum, "optim/grad_norm": grad_norm, "optim/lr": sched.get_last_lr()[0]}
@@ -174,15 +185,17 @@ def sft(cfg: Config, progress: bool = True) -> dict[str, Any]:
         bar.set_postfix(loss=f"{loss_sum:.3f}")
     logger.close()
     summary["seconds"] = time.perf_counter() - t_start
-    if eval_data:
+    if eval_data and d.main:
         summary["accuracy_end"] = metrics["eval/accuracy"]
         if "eval/reward" in metrics:
             summary["reward_end"] = metrics["eval/reward"]
-    policy.save(out_dir / "final")
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    policy.save(out_dir / "final", main=d.main)
+    if d.main:
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    d.barrier()
     if report.skipped:
         summary["skipped_rows"] = len(report.skipped)
     if cfg.sft.pwsd.steps > 0:
         del policy, engine, opt
         summary["pwsd"] = run_pwsd(cfg, out_dir / "final", progress)
-    return summary
+    return summary if d.main else {}

@@ -9,14 +9,18 @@ One step (DESIGN.md):
 What it leaves out on purpose: value functions, reward models, sequence packing. Groups whose
 rewards have zero spread contribute no gradient; single-process runs without KL skip their
 policy forward entirely (exactly the same update, less work; objectives run their own).
-Under `accelerate launch` each process takes its share of the step's prompts and gradients are
-averaged by accelerate's DDP wrapper.
+
+Under several processes (torchrun or accelerate launch; `mmrlvr.parallel`) each rank takes its
+share of the step's prompts, the loss is normalised by the step's global token count, gradients
+are summed over ranks by DDP or FSDP2 (`train.strategy`), and eval is spread over the ranks.
+Weights are fp32 masters; the forward runs in `model.dtype` (`mmrlvr.policy`).
 """
 from __future__ import annotations
 
 import contextlib
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,14 +31,16 @@ import torch
 
 import modalities
 from mmrlvr import objectives as objectives_mod
+from mmrlvr import parallel
 from mmrlvr.algo import group_advantages, grpo_loss, zero_spread_fraction
-from mmrlvr.checkpoint import (latest_checkpoint, load_trainer_state, rng_state,
-                               save_checkpoint, set_rng_state)
-from mmrlvr.config import Config, save_config
-from mmrlvr.data import DataError, LoadReport, load_dataset
-from mmrlvr.evaluate import evaluate
+from mmrlvr.checkpoint import (latest_checkpoint, load_sharded, load_trainer_state, rng_state,
+                               save_checkpoint, set_rng_state, sharded_state)
+from mmrlvr.config import Config, ConfigError, save_config
+from mmrlvr.data import LoadReport, load_split
+from mmrlvr.evaluate import aggregate, score_examples
 from mmrlvr.logger import RunLogger, read_metrics
-from mmrlvr.policy import Policy, load_model, pick_device
+from mmrlvr.parallel import Dist, LaunchError
+from mmrlvr.policy import Policy, bf16_update_warning, load_model
 from mmrlvr.report import write_report
 from mmrlvr.rollout import SamplingParams, make_engine
 from mmrlvr.rollout.branching import branch_metrics
@@ -70,7 +76,7 @@ class Run:
     """Everything a step needs, built once."""
 
     cfg: Config
-    accelerator: Any
+    dist: Dist
     policy: Policy
     engine: Any
     reward: Any
@@ -85,40 +91,99 @@ class Run:
     skipped_rows: int
 
 
-def build_run(cfg: Config, resume: bool = False) -> tuple[Run, int]:
-    """Load data, policy, optimiser; restore the last complete checkpoint when resuming."""
-    from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs
-
+def start_processes(cfg: Config, batch: int, what: str = "train.batch_prompts") -> Dist:
+    """Join the launcher's processes and settle the strategy; every check that needs no model
+    runs here, before anything loads."""
+    d = parallel.init(cfg.train.device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)]
-    accelerator = Accelerator(cpu=pick_device(cfg.train.device).type == "cpu",
-                              kwargs_handlers=handlers)
-    seed_everything(cfg.train.seed + accelerator.process_index)
+    if batch % d.world:
+        raise LaunchError(f"{what} ({batch}) must divide evenly over the {d.world} processes")
+    plan = None
+    if d.device.type == "cuda":                  # GPU memory is what the planner counts
+        from mmrlvr.plan import make_plan
+
+        plan = make_plan(cfg, gpus=d.world)
+        if d.main:
+            print(plan.table(), file=sys.stderr)
+    if d.world == 1:
+        d.strategy = "single"
+    elif cfg.train.strategy == "auto":
+        d.strategy = plan.choose_strategy() if plan else "ddp"
+    else:
+        d.strategy = cfg.train.strategy
+    if plan is not None:
+        try:
+            plan.check("ddp" if d.strategy == "single" else d.strategy)
+        except ConfigError as err:
+            if cfg.train.check_memory:
+                raise ConfigError(f"{err} (train.check_memory=false runs it anyway)") from None
+            if d.main:
+                print(f"warning: {err}", file=sys.stderr)
+    if d.strategy == "fsdp2":
+        if cfg.model.lora.r > 0:
+            raise LaunchError("train.strategy fsdp2 with LoRA is not supported: LoRA trains few "
+                              "weights and its frozen base fits each GPU; use train.strategy ddp")
+        if any(o.get("name") == "pirl_consistency" for o in cfg.objectives):
+            raise LaunchError("objective pirl_consistency perturbs the input embeddings outside "
+                              "the model's forward, which FSDP2 shards; use train.strategy ddp")
+    return d
+
+
+def load_policy(cfg: Config, d: Dist, init: str | None = None, ckpt: Path | None = None
+                ) -> Policy:
+    """The policy on this rank's device, wrapped for the strategy (DDP, FSDP2 or none)."""
+    adapter = modalities.get(cfg.model.modality, min_pixels=cfg.model.min_pixels,
+                             max_pixels=cfg.model.max_pixels)
+    if ckpt is not None and cfg.model.lora.r > 0:
+        policy = Policy.load(cfg.model, adapter, d.device, adapter_dir=ckpt / "adapter")
+    else:
+        policy = Policy.load(cfg.model, adapter, d.device, path=str(ckpt) if ckpt else init)
+    if cfg.model.param_dtype == "bfloat16" and d.main:
+        print(f"warning: {bf16_update_warning(policy.trainable_parameters(), cfg.optim.lr)}",
+              file=sys.stderr)
+    if d.strategy == "ddp":
+        policy.forward_model = parallel.wrap_ddp(policy.model, d.device)
+    elif d.strategy == "fsdp2":
+        parallel.fully_shard_model(policy.base_model(), policy.compute_dtype, _probe(policy))
+        policy.sharded = True
+    return policy
+
+
+def _probe(policy: Policy) -> dict[str, torch.Tensor]:
+    """One short text row: the forward that makes the FSDP2 root lazily initialise."""
+    ids = torch.tensor([[policy.eos_ids[0]]], device=policy.device)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def load_reference(cfg: Config, d: Dist, policy: Policy) -> torch.nn.Module:
+    """The frozen model.path weights in the compute dtype (sharded too under FSDP2)."""
+    ref = load_model(cfg.model.path, policy.compute_dtype, cfg.model.attn_implementation)
+    ref.to(d.device).eval().requires_grad_(False)
+    if d.strategy == "fsdp2":
+        parallel.fully_shard_model(ref, policy.compute_dtype, _probe(policy))
+    return ref
+
+
+def build_run(cfg: Config, resume: bool = False) -> tuple[Run, int]:
+    """Load data, policy, optimiser; restore the last complete checkpoint when resuming."""
+    d = start_processes(cfg, cfg.train.batch_prompts)
+    seed_everything(cfg.train.seed)      # every rank builds the same weights (LoRA init too)
     run_dir = Path(cfg.train.out_dir)
-    if accelerator.is_main_process:
+    if d.main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
 
-    adapter = modalities.get(cfg.model.modality, min_pixels=cfg.model.min_pixels,
-                             max_pixels=cfg.model.max_pixels)
     report = LoadReport()
-    if not cfg.data.train:
-        raise DataError("data.train is empty: give a JSONL file (see `mmrlvr data --help`)")
-    train_data = load_dataset(cfg.data.train, on_error=cfg.data.on_error, report=report)
-    eval_data = load_dataset(cfg.data.eval, on_error=cfg.data.on_error) if cfg.data.eval else []
-    if cfg.data.eval_limit:
-        eval_data = eval_data[:cfg.data.eval_limit]
+    train_data = load_split(cfg.data, "train", report)
+    eval_data = load_split(cfg.data, "eval")
+    if d.main:
+        report.write(run_dir)                  # skipped_rows.jsonl: file, row, id, reason
 
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
         raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir}/checkpoints")
-    device = accelerator.device
-    if ckpt is not None and cfg.model.lora.r > 0:
-        policy = Policy.load(cfg.model, adapter, device, adapter_dir=ckpt / "adapter")
-    else:
-        policy = Policy.load(cfg.model, adapter, device, path=str(ckpt) if ckpt else None)
+    policy = load_policy(cfg, d, ckpt=ckpt)
     objectives = objectives_mod.build(cfg.objectives)
     wants_ref = [o.name for _, o in objectives if getattr(o, "needs_ref_model", False)]
     if wants_ref and cfg.model.lora.r > 0:
@@ -126,32 +191,38 @@ def build_run(cfg: Config, resume: bool = False) -> tuple[Run, int]:
                          f"a LoRA run does not hold apart (merge the adapter first)")
     ref_model = None
     if (cfg.algo.beta > 0 or wants_ref) and cfg.model.lora.r == 0:
-        ref_model = load_model(cfg.model.path, policy.dtype, cfg.model.attn_implementation)
-        ref_model.to(device).eval().requires_grad_(False)
+        ref_model = load_reference(cfg, d, policy)
 
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.optim.lr,
                                   betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(
         cfg.optim.warmup_steps, cfg.train.steps, cfg.optim.min_lr_ratio, cfg.optim.schedule))
-    if accelerator.num_processes > 1:
-        if cfg.train.batch_prompts % accelerator.num_processes:
-            raise ValueError(f"train.batch_prompts ({cfg.train.batch_prompts}) must divide "
-                             f"evenly over {accelerator.num_processes} processes")
-        policy.forward_model, optimizer = accelerator.prepare(policy.model, optimizer)
-
     sampler = PromptSampler(len(train_data), cfg.train.seed)
     start_step = 0
     if ckpt is not None:
         state = load_trainer_state(ckpt)
-        optimizer.load_state_dict(state["optimizer"])
+        if d.strategy == "fsdp2":
+            load_sharded(ckpt, policy.base_model(), optimizer)
+        else:
+            optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"][accelerator.process_index])
+        if len(state["rng"]) == d.world:
+            set_rng_state(state["rng"][d.rank])
+        else:   # the weights and optimizer reshard; the random streams cannot
+            seed_everything(cfg.train.seed + d.rank + 7919 * state["step"])
+            if d.main:
+                print(f"warning: {ckpt} was written by {len(state['rng'])} processes and this run "
+                      f"has {d.world}: it continues from the same weights, optimizer and data "
+                      "position, but its sampling is not the one the original run would have "
+                      "drawn", file=sys.stderr)
         sampler.cursor = state["cursor"]
         start_step = state["step"]
+    elif d.world > 1:
+        seed_everything(cfg.train.seed + d.rank)   # each rank samples its own rollouts
 
     engine = make_engine(cfg.rollout.backend, policy, cfg.rollout.branching,
-                         cfg.rollout.vllm_gpu_memory_utilization)
-    run = Run(cfg, accelerator, policy, engine,
+                         cfg.rollout.vllm_gpu_memory_utilization, seed=cfg.train.seed)
+    run = Run(cfg, d, policy, engine,
               build_combined(cfg.rewards), objectives, optimizer, scheduler,
               train_data, eval_data, sampler, ref_model, run_dir, len(report.skipped))
     return run, start_step
@@ -159,9 +230,9 @@ def build_run(cfg: Config, resume: bool = False) -> tuple[Run, int]:
 
 def grpo_step(run: Run, step: int) -> dict[str, float]:
     """One GRPO step on this process's share of the next `batch_prompts` prompts."""
-    cfg, policy, acc = run.cfg, run.policy, run.accelerator
+    cfg, policy, d = run.cfg, run.policy, run.dist
     t0 = time.perf_counter()
-    indices = run.sampler.next(cfg.train.batch_prompts)[acc.process_index::acc.num_processes]
+    indices = run.sampler.next(cfg.train.batch_prompts)[d.rank::d.world]
     examples = [run.train_data[i] for i in indices]
     template_rng = random.Random(f"templates-{cfg.train.seed}-{step}")   # per step: resumes exactly
     examples = apply_templates(examples, cfg.data.templates, template_rng)
@@ -170,7 +241,9 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     params = SamplingParams(n=cfg.rollout.group_size, max_new_tokens=cfg.rollout.max_new_tokens,
                             temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                             top_k=cfg.rollout.top_k)
+    run.engine.wake_up()
     rollouts = run.engine.generate(prompts, params)
+    run.engine.sleep()
     t1 = time.perf_counter()
 
     G = cfg.rollout.group_size
@@ -203,21 +276,37 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     if vstats.get("extract_calls"):
         metrics["verify/parse_fail_rate"] = vstats["extract_none"] / vstats["extract_calls"]
     run.scheduler.step()
-    if acc.num_processes > 1:
-        keys = sorted(k for k, v in metrics.items() if v is not None)
-        values = acc.reduce(torch.tensor([float(metrics[k]) for k in keys], device=acc.device), "mean")
-        metrics.update(dict(zip(keys, values.tolist())))
-    return metrics
+    return mean_over_ranks(d, metrics)
+
+
+def mean_over_ranks(d: Dist, metrics: dict[str, float]) -> dict[str, float]:
+    """Each metric averaged over the ranks that report it (all of them, usually)."""
+    if d.world == 1:
+        return metrics
+    merged: dict[str, list[float]] = {}
+    for part in d.gather(metrics):
+        for key, value in part.items():
+            if value is not None:
+                merged.setdefault(key, []).append(float(value))
+    return {key: float(np.mean(values)) for key, values in merged.items()}
 
 
 def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: int) -> dict[str, float]:
-    """PPO-style epochs over the rollouts; one optimiser step per epoch."""
-    cfg, policy, acc = run.cfg, run.policy, run.accelerator
+    """PPO-style epochs over the rollouts; one optimiser step per epoch.
+
+    The token-level loss is normalised by the step's token count over all ranks, and scaled by
+    the world size: DDP and FSDP2 average gradients over ranks, so the ranks' gradients then add
+    up to the gradient of the whole batch, as one process with the whole batch would compute it.
+    """
+    cfg, policy, d = run.cfg, run.policy, run.dist
     G, T = rollouts.group_size, cfg.rollout.temperature
     ids, mask = rollouts.completion_ids, rollouts.completion_mask                 # [N, C]
     N = ids.shape[0]
-    total_tokens = float(mask.sum().clamp(min=1))
-    needs_all = cfg.algo.beta > 0 or acc.num_processes > 1      # objectives run their own forward
+    total_tokens = max(d.all_sum(float(mask.sum())), 1.0)
+    total_seqs = int(d.all_sum(float(N)))
+    # every rank runs the same number of forwards and backwards: under several processes
+    # zero-advantage rows (which add nothing) are trained too; objectives run their own
+    needs_all = cfg.algo.beta > 0 or d.world > 1
     rows = [r for r in range(N) if needs_all or advantages[r] != 0]
     mb = cfg.train.micro_batch
     micro = [rows[i:i + mb] for i in range(0, len(rows), mb)]
@@ -225,8 +314,7 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     def forward(batch_rows, model=None, **kw):
         prompt_rows = [r // G for r in batch_rows]
         inputs, _ = select(rollouts.prompts, prompt_rows)
-        media = policy.adapter.shared_media(
-            (model or policy.base_model()), rollouts.prompts, prompt_rows, policy.device, policy.dtype)
+        media = policy.shared_media(rollouts.prompts, prompt_rows, model)
         width = max(int(mask[batch_rows].sum(dim=1).max()), 1)                 # trim right padding
         return policy.completion_logprobs(inputs, ids[batch_rows, :width], mask[batch_rows, :width],
                                           T, model=model, media=media, **kw), width
@@ -250,22 +338,25 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     grad_norm = 0.0
     for epoch in range(cfg.algo.ppo_epochs):
         run.optimizer.zero_grad(set_to_none=True)
+        # objectives first: the last backward of the epoch is then a micro-batch on every rank,
+        # and DDP all-reduces once, there
+        with sync_grads(d, policy, False):
+            aux = _objective_losses(run, rollouts, scores, advantages, step)
+        stats.update({k: [v] for k, v in aux.items()})
         for k, part in enumerate(micro):
-            (logp, entropy), width = forward(part, with_entropy=epoch == 0)
-            m = mask[part, :width].to(logp.device).float()                        # [n, w]
-            old_lp = torch.stack([old[r][:width] for r in part]).to(logp.device) if old \
-                else logp.detach()
-            ref_lp = torch.stack([ref[r][:width] for r in part]).to(logp.device) if ref else None
-            loss, st = grpo_loss(
-                logp, old_lp, advantages[part].to(logp.device), m, clip_low=cfg.algo.clip_low,
-                clip_high=cfg.algo.clip_high, loss_agg=cfg.algo.loss_agg,
-                norm_len=cfg.algo.norm_len or cfg.rollout.max_new_tokens, beta=cfg.algo.beta,
-                ref_logp=ref_lp, kl_estimator=cfg.algo.kl_estimator,
-                total_tokens=total_tokens, total_seqs=N)
-            sync_now = k == len(micro) - 1
-            with (acc.no_sync(policy.forward_model) if not sync_now and acc.num_processes > 1
-                  else contextlib.nullcontext()):
-                acc.backward(loss)
+            with sync_grads(d, policy, k == len(micro) - 1):
+                (logp, entropy), width = forward(part, with_entropy=epoch == 0)
+                m = mask[part, :width].to(logp.device).float()                    # [n, w]
+                old_lp = torch.stack([old[r][:width] for r in part]).to(logp.device) if old \
+                    else logp.detach()
+                ref_lp = torch.stack([ref[r][:width] for r in part]).to(logp.device) if ref else None
+                loss, st = grpo_loss(
+                    logp, old_lp, advantages[part].to(logp.device), m, clip_low=cfg.algo.clip_low,
+                    clip_high=cfg.algo.clip_high, loss_agg=cfg.algo.loss_agg,
+                    norm_len=cfg.algo.norm_len or cfg.rollout.max_new_tokens, beta=cfg.algo.beta,
+                    ref_logp=ref_lp, kl_estimator=cfg.algo.kl_estimator,
+                    total_tokens=total_tokens, total_seqs=total_seqs)
+                (loss * d.world).backward()
             stats["loss/policy"].append(float(loss.detach()))
             stats["loss/clip_frac"].append(st["clip_frac"])
             if "kl" in st:
@@ -278,14 +369,13 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
                     gap = (rollouts.sample_logprobs[part, :width].to(logp.device) - logp.detach()).abs()
                     gap_sum += float((gap * m).sum())
                     gap_max = max(gap_max, float((gap * m).max()))
-        aux = _objective_losses(run, rollouts, scores, advantages, step)
-        stats.update({k: [v] for k, v in aux.items()})
         if cfg.optim.max_grad_norm > 0:
-            grad_norm = float(acc.clip_grad_norm_(policy.trainable_parameters(),
-                                                  cfg.optim.max_grad_norm))
+            grad_norm = clip_grad_norm(policy.trainable_parameters(), cfg.optim.max_grad_norm)
         run.optimizer.step()   # a no-op when every group had zero spread (no gradients)
+        run.engine.mark_weights_changed()
     out = {k: (sum(v) if k == "loss/policy" else float(np.mean(v))) for k, v in stats.items() if v}
-    out["loss/policy"] = out.get("loss/policy", 0.0) / max(cfg.algo.ppo_epochs, 1)
+    # this rank's part of the global loss; summed, it is the whole batch's loss
+    out["loss/policy"] = d.all_sum(out.get("loss/policy", 0.0)) / max(cfg.algo.ppo_epochs, 1)
     out["optim/grad_norm"] = grad_norm
     out["update/trained_rows"] = len(rows)
     if token_count:
@@ -294,6 +384,22 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
             out["rollout/logprob_gap"] = gap_sum / token_count
             out["rollout/logprob_gap_max"] = gap_max
     return out
+
+
+def sync_grads(d: Dist, policy: Policy, sync: bool) -> contextlib.AbstractContextManager:
+    """DDP: skip the gradient all-reduce for this forward+backward unless `sync` (the last of
+    the update). FSDP2 reduce-scatters each backward's gradients into the shards as it goes."""
+    if d.strategy == "ddp" and not sync:
+        return policy.forward_model.no_sync()
+    return contextlib.nullcontext()
+
+
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
+    """Clip the global gradient norm (sharded gradients too); returns the norm before clipping."""
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    if hasattr(norm, "full_tensor"):          # FSDP2: a DTensor replicated on every rank
+        norm = norm.full_tensor()
+    return float(norm)
 
 
 def _objective_losses(run: Run, rollouts, scores, advantages, step: int) -> dict[str, float]:
@@ -305,44 +411,57 @@ def _objective_losses(run: Run, rollouts, scores, advantages, step: int) -> dict
     for weight, objective in run.objectives:
         loss, st = objective.loss(ctx)
         if loss is not None:
-            run.accelerator.backward(weight * loss)
+            # the objectives' own means are per rank: their gradients average over ranks
+            (weight * loss).backward()
             out[f"objective/{objective.name}"] = float(loss.detach())
         out.update({f"objective/{objective.name}/{k}": v for k, v in st.items()})
     return out
 
 
 def run_eval(run: Run, progress: bool = False) -> dict[str, float]:
-    cfg = run.cfg
+    """Held-out figures; every rank scores its share, rank 0 gets the figures ({} elsewhere)."""
+    cfg, d = run.cfg, run.dist
     # eval samples (pass@k) come from the clean model: branching shapes exploration only
-    engine = make_engine("hf", run.policy) if run.cfg.rollout.backend == "hf" else run.engine
-    result = evaluate(run.policy, engine, run.eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
-                      batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
-                      temperature=cfg.rollout.temperature, system_prompt=cfg.data.system_prompt,
-                      format_prompt=cfg.data.format_prompt, progress=progress,
-                      reward=build_combined(cfg.eval_rewards or cfg.rewards)
-                      if cfg.train.eval_reward else None)
+    engine = run.engine.without_branching()
+    run.engine.wake_up()
+    records = score_examples(run.policy, engine, run.eval_data[d.rank::d.world],
+                             max_new_tokens=cfg.rollout.max_new_tokens,
+                             batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
+                             temperature=cfg.rollout.temperature,
+                             system_prompt=cfg.data.system_prompt,
+                             format_prompt=cfg.data.format_prompt, progress=progress and d.main,
+                             reward=build_combined(cfg.eval_rewards or cfg.rewards)
+                             if cfg.train.eval_reward else None)
+    run.engine.sleep()
+    gathered = [r for part in d.gather(records) for r in part]
+    if not d.main:
+        return {}
+    result = aggregate(gathered, samples=cfg.train.eval_samples)
     return {f"eval/{k}": v for k, v in result.items()}
 
 
 def train(cfg: Config, resume: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Run (or continue) GRPO as configured; returns the run's summary."""
+    """Run (or continue) GRPO as configured; returns the run's summary (on rank 0)."""
     from tqdm.auto import tqdm
 
     run, start_step = build_run(cfg, resume)
-    acc, main = run.accelerator, run.accelerator.is_main_process
-    logger = RunLogger(run.run_dir, enabled=main, resume_step=start_step if resume else None)
-    if main and run.eval_data and start_step == 0:
-        logger.log(0, run_eval(run, progress))
-    acc.wait_for_everyone()
+    d = run.dist
+    logger = RunLogger(run.run_dir, enabled=d.main, resume_step=start_step if resume else None)
+    # the run's shape goes in its first metrics row: step 0 where eval runs first, else step 1
+    first = {"run/world_size": d.world, "run/strategy": d.strategy} if start_step == 0 else {}
+    if run.eval_data and start_step == 0:
+        logger.log(0, {**first, **run_eval(run, progress)})
+        first = {}
 
-    bar = tqdm(range(start_step + 1, cfg.train.steps + 1), desc="grpo", disable=not (progress and main),
+    bar = tqdm(range(start_step + 1, cfg.train.steps + 1), desc="grpo", disable=not (progress and d.main),
                initial=start_step, total=cfg.train.steps)
     for step in bar:
-        metrics = grpo_step(run, step)
+        metrics = {**first, **grpo_step(run, step)}
+        first = {}
         if metrics.get("data/skipped_rows") is None and run.skipped_rows:
             metrics["data/skipped_rows"] = run.skipped_rows
         last = step == cfg.train.steps
-        if main and run.eval_data and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
+        if run.eval_data and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
             metrics.update(run_eval(run))
         logger.log(step, metrics)
         shown = {"reward": metrics["reward/mean"], "acc": metrics.get("reward/accuracy"),
@@ -351,31 +470,49 @@ def train(cfg: Config, resume: bool = False, progress: bool = True) -> dict[str,
         if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
             _save(run, step)
     logger.close()
-    summary = summarize(run) if main else {}
-    if main:
+    in_sync = ranks_in_sync(run)
+    summary = summarize(run, in_sync) if d.main else {}
+    if d.main:
         write_report(run.run_dir, summary, title=f"GRPO run {run.run_dir.name}")
-        run.policy.save(run.run_dir / "final")
-    acc.wait_for_everyone()
+    run.policy.save(run.run_dir / "final", main=d.main)
+    d.barrier()
     return summary
 
 
+def ranks_in_sync(run: Run) -> bool | None:
+    """DDP: do all ranks hold bit-identical weights? (None where there is nothing to compare.)"""
+    if run.dist.strategy != "ddp":
+        return None
+    prints = run.dist.gather(parallel.weights_fingerprint(run.policy.model))
+    if len(set(prints)) > 1:
+        raise RuntimeError(f"DDP ranks hold different weights after training (fingerprints "
+                           f"{prints}): a rank trained on different gradients; report this")
+    return True
+
+
 def _save(run: Run, step: int) -> None:
-    acc = run.accelerator
-    rng = acc.gather_for_metrics([rng_state()], use_gather_object=True) \
-        if acc.num_processes > 1 else [rng_state()]
-    if acc.is_main_process:
-        state = {"step": step, "optimizer": run.optimizer.state_dict(),
-                 "scheduler": run.scheduler.state_dict(), "rng": rng, "cursor": run.sampler.cursor}
-        save_checkpoint(run.run_dir, step, run.policy, state, keep=run.cfg.train.keep_checkpoints)
-    acc.wait_for_everyone()
+    d = run.dist
+    rng = d.gather(rng_state())
+    state = {"step": step, "scheduler": run.scheduler.state_dict(), "rng": rng,
+             "cursor": run.sampler.cursor, "world_size": d.world, "strategy": d.strategy}
+    sharded = None
+    if d.strategy == "fsdp2":
+        sharded = sharded_state(run.policy.base_model(), run.optimizer)
+    else:
+        state["optimizer"] = run.optimizer.state_dict()
+    save_checkpoint(run.run_dir, step, run.policy, state, keep=run.cfg.train.keep_checkpoints,
+                    dist=d, sharded=sharded)
 
 
-def summarize(run: Run) -> dict[str, Any]:
+def summarize(run: Run, ranks_in_sync: bool | None = None) -> dict[str, Any]:
     rows = read_metrics(run.run_dir / "metrics.jsonl")
     evals = [r for r in rows if r.get("eval/accuracy") is not None]
     trained = [r for r in rows if r.get("reward/mean") is not None]
     summary: dict[str, Any] = {"steps": run.cfg.train.steps, "model": run.cfg.model.path,
-                               "train_rows": len(run.train_data), "eval_rows": len(run.eval_data)}
+                               "train_rows": len(run.train_data), "eval_rows": len(run.eval_data),
+                               "world_size": run.dist.world, "strategy": run.dist.strategy}
+    if ranks_in_sync is not None:
+        summary["ranks_in_sync"] = ranks_in_sync
     if evals:
         summary["accuracy_start"] = evals[0]["eval/accuracy"]
         summary["accuracy_end"] = evals[-1]["eval/accuracy"]

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from mmrlvr.data import DataError, Example
+from mmrlvr.data import DataError, Example, write_jsonl
 from mmrlvr.templates import with_options
 
 SR = 16000
@@ -369,7 +369,7 @@ def convert(spec: str, out_dir: str | Path, *, evidence: bool = True, on_error: 
             ev = [evidence_for(a) for a in ex.audios]
             ex.meta.update(evidence=ev, rubrics=static_rubrics(ev, ex.prompt))
     out = Path(out_dir) / f"{Path(spec.partition(':')[2]).stem}.jsonl"
-    write_rows(examples, out)
+    write_jsonl(examples, out, copy_media_to="audio")      # self-contained: clips copied beside it
     info = {"task": "tones-convert", "from": spec, "rows": len(examples), "file": str(out)}
     (Path(out_dir) / "info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from mmrlvr.data import DataError, Example, LoadReport, load_dataset, load_jsonl, write_jsonl
+from mmrlvr.data import (DataError, DataWarning, Example, LoadReport, load_dataset, load_jsonl,
+                         write_jsonl)
 
 
 def _png(path: Path, size=(8, 6), color=(255, 0, 0)) -> Path:
@@ -86,10 +87,13 @@ def test_hand_written_rows_resolve_relative_images_and_default_ids(tmp_path, mon
                   [{"prompt": "What?", "answer": 7, "images": ["img/q.png"]}, "",
                    {"id": 12, "prompt": "Why?", "answer": "because"}])
     monkeypatch.chdir(tmp_path)
-    ex1, ex2 = load_jsonl(path)
+    report = LoadReport()
+    with pytest.warns(DataWarning, match=r"1 gold answer\(s\) were numbers.*rows 1\)"):
+        ex1, ex2 = load_jsonl(path, report=report)
     assert ex1.images == [str(tmp_path / "sub" / "img" / "q.png")]
     assert ex1.id == "train-1"            # no id: file stem and line number
-    assert ex1.answer == "7"              # gold answers are strings
+    assert ex1.answer == "7"              # gold answers are strings; a number is converted, counted
+    assert report.converted_answers == 1
     assert ex2.id == "12"                 # line 3: the blank line still counts
 
 
@@ -186,9 +190,12 @@ def test_skip_mode_keeps_good_rows_and_reports_each_bad_one(tmp_path):
     assert kept[0].images == [str(tmp_path / "ok.png")]
     assert kept[2].meta == {"k": "v"}
     assert report.kept == 3
-    assert len(report.skipped) == 4
-    for msg, row in zip(report.skipped, (2, 4, 5, 6)):
-        assert msg.startswith(f"{path}, row {row}") and not msg[len(f"{path}, row {row}")].isdigit()
+    assert [(s.file, s.row, s.id) for s in report.skipped] == [
+        (str(path), 2, None), (str(path), 4, "c"), (str(path), 5, "d"), (str(path), 6, "e")]
+    for skipped in report.skipped:
+        msg = str(skipped)
+        assert msg.startswith(f"{path}, row {skipped.row}") and skipped.reason in msg
+    assert "gone.png" in report.skipped[2].reason
     # the same good rows as a clean file would give
     clean = _jsonl(tmp_path / "clean.jsonl", [rows[0], rows[2], rows[6]])
     assert kept == load_jsonl(clean)
@@ -266,4 +273,4 @@ def test_geo3k_row_with_empty_answer_raises_naming_the_row(tmp_path):
     report = LoadReport()
     kept = load_dataset("geo3k:" + str(path), on_error="skip", report=report)
     assert [ex.answer for ex in kept] == ["12.5", "48"]
-    assert report.kept == 2 and len(report.skipped) == 1 and "row 3" in report.skipped[0]
+    assert report.kept == 2 and len(report.skipped) == 1 and "row 3" in str(report.skipped[0])

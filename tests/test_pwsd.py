@@ -9,7 +9,7 @@ import torch
 import modalities
 from mmrlvr.config import ModelConfig
 from mmrlvr.objectives import StepContext, build
-from mmrlvr.objectives.pwsd import PWSD, pwsd_loss, vocab_logprobs
+from mmrlvr.objectives.pwsd import PWSD, pwsd_loss
 from modalities.base import select
 
 
@@ -82,8 +82,8 @@ def test_objective_on_a_tiny_policy_matches_the_hand_computation(translation_pol
         t_in, _ = select(teacher_batch, rows)
         ls, _ = policy.completion_logprobs(s_in, ids, mask)
         lt, _ = policy.completion_logprobs(t_in, ids, mask)
-        s_all = vocab_logprobs(policy, s_in, ids, mask)
-        t_all = vocab_logprobs(policy, t_in, ids, mask)
+        s_all = policy.vocab_logprobs(policy.training_inputs(s_in, ids, mask), ids.shape[1])
+        t_all = policy.vocab_logprobs(policy.training_inputs(t_in, ids, mask), ids.shape[1])
     m = mask.float()
     assert s_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)[m.bool()] == pytest.approx(ls[m.bool()], abs=1e-5)
     w = torch.sigmoid(lt - ls)                                               # [4, C]

@@ -84,14 +84,14 @@ def test_bad_rows_are_named(setup, tmp_path):
     root, model = setup
     rows = load_jsonl(root / "banners" / "train.jsonl")[:6]
     rows[3].meta.pop("vision_labels")
-    write_jsonl(rows, tmp_path / "no_labels.jsonl")
+    write_jsonl(rows, tmp_path / "no_labels.jsonl", copy_media_to="images")
     with pytest.raises(DataError, match=rows[3].id):
         pretrain_vision(model, tmp_path / "no_labels.jsonl", tmp_path / "x", steps=1, progress=False,
                         **PIXELS)
     rows = load_jsonl(root / "banners" / "train.jsonl")[:4]
     Image.new("RGB", (56, 112), (200, 10, 10)).save(tmp_path / "tall.png")
     rows[2].images = [str(tmp_path / "tall.png")]
-    write_jsonl(rows, tmp_path / "sizes.jsonl")
+    write_jsonl(rows, tmp_path / "sizes.jsonl", copy_media_to="images")
     with pytest.raises(DataError, match=rows[2].id):
         pretrain_vision(model, tmp_path / "sizes.jsonl", tmp_path / "y", steps=1, batch_size=4,
                         progress=False, **PIXELS)

@@ -26,10 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from mmrlvr.objectives import sample_rows
-from modalities.base import select, to_device
+from modalities.base import select
 
 
 def instruction_mask(input_ids: torch.Tensor, tokenizer: Any, excluded_ids: list[int],
@@ -105,7 +104,7 @@ class PirlConsistency:
         mask = rollouts.completion_mask[rows]
         width = max(int(mask.sum(dim=1).max()), 1)
         ids, mask = rollouts.completion_ids[rows, :width], mask[:, :width]
-        full = to_device(policy.adapter.training_inputs(inputs, ids, mask), policy.device, policy.dtype)
+        full = policy.training_inputs(inputs, ids, mask)                      # ids, masks, positions
         P = inputs["input_ids"].shape[1]
         mm = full.get("mm_token_type_ids")
         instr = instruction_mask(full["input_ids"][:, :P], policy.tokenizer, policy.placeholder_ids,
@@ -115,8 +114,7 @@ class PirlConsistency:
         with torch.no_grad():
             embeds = policy.base_model().get_input_embeddings()(full["input_ids"])   # [n, T, H]
         return {"full": full, "completion_ids": ids.to(policy.device),
-                "completion_mask": mask.to(policy.device), "instr": instr, "embeds": embeds,
-                "position_ids": policy.adapter.position_ids(policy.base_model(), full)}
+                "completion_mask": mask.to(policy.device), "instr": instr, "embeds": embeds}
 
     @staticmethod
     def logprobs(policy, batch: dict[str, Any], delta: torch.Tensor | None, model=None,
@@ -128,11 +126,9 @@ class PirlConsistency:
             embeds = policy.base_model().get_input_embeddings()(batch["full"]["input_ids"])
         if delta is not None:
             embeds = embeds + delta.to(embeds.dtype)
-        C = batch["completion_ids"].shape[1]
         # input_ids stay in: the model finds image placeholders (and their features) by id
-        out = model(**batch["full"], inputs_embeds=embeds, position_ids=batch["position_ids"],
-                    use_cache=False, logits_to_keep=C + 1)
-        return F.log_softmax(out.logits[:, :-1, :].float(), dim=-1)
+        return policy.vocab_logprobs(batch["full"], batch["completion_ids"].shape[1], model,
+                                     inputs_embeds=embeds)
 
     def radius(self, batch: dict[str, Any]) -> torch.Tensor:
         """Per-token bound r_t = ε·‖e_t‖ on instruction tokens, 0 elsewhere. -> [n, T, 1]"""

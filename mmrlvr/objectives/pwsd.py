@@ -25,10 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from mmrlvr.objectives import sample_rows
-from modalities.base import select, to_device
+from modalities.base import select
 
 
 def pwsd_loss(student_logp: torch.Tensor, teacher_logp: torch.Tensor, ids: torch.Tensor,
@@ -49,17 +48,6 @@ def pwsd_loss(student_logp: torch.Tensor, teacher_logp: torch.Tensor, ids: torch
                   "weight_mean": float((weights * m).sum() / tokens),
                   "gap_mean": float((gap.detach() * m).sum() / tokens),
                   "kl_mean": float((kl.detach() * m).sum() / tokens)}
-
-
-def vocab_logprobs(policy, inputs: dict[str, torch.Tensor], ids: torch.Tensor, mask: torch.Tensor,
-                   model: torch.nn.Module | None = None) -> torch.Tensor:
-    """log π over the vocabulary at each completion position after prompts `inputs`. -> [N, C, V]"""
-    full = to_device(policy.adapter.training_inputs(inputs, ids, mask), policy.device, policy.dtype)
-    position_ids = policy.adapter.position_ids(policy.base_model(), full)
-    C = ids.shape[1]
-    model = model if model is not None else policy.forward_model
-    out = model(**full, position_ids=position_ids, use_cache=False, logits_to_keep=C + 1)
-    return F.log_softmax(out.logits[:, -(C + 1):-1, :].float(), dim=-1)
 
 
 class PWSD:
@@ -107,10 +95,12 @@ class PWSD:
                 raise ValueError("pwsd teacher 'frozen' needs the trainer's frozen model.path copy "
                                  "(StepContext.ref_model), which this run did not load")
             model = ctx.ref_model
+        ids, C = batch["ids"], batch["ids"].shape[1]
         with torch.no_grad():
-            teacher = vocab_logprobs(policy, batch["teacher"], batch["ids"], batch["mask"],
-                                     model=model)                                 # [n, C, V]
-        student = vocab_logprobs(policy, batch["student"], batch["ids"], batch["mask"])
+            teacher = policy.vocab_logprobs(policy.training_inputs(batch["teacher"], ids, batch["mask"]),
+                                            C, model=model)                       # [n, C, V]
+        student = policy.vocab_logprobs(policy.training_inputs(batch["student"], ids, batch["mask"]),
+                                        C)                                        # [n, C, V]
         mask = batch["mask"].to(student.device)
         loss, st = pwsd_loss(student, teacher, batch["ids"].to(student.device), mask, self.alpha)
         return loss, {"rows": float(len(rows)), "weight_mean": st["weight_mean"],

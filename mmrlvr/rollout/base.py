@@ -24,6 +24,18 @@ class RolloutEngine(Protocol):
     def generate(self, batch: PromptBatch, params: SamplingParams) -> Rollouts:
         """Sample `params.n` completions for every prompt of `batch` (expanded here, once)."""
 
+    def wake_up(self) -> None:
+        """Before rollouts: take back the engine's memory and pull changed weights (every rank)."""
+
+    def sleep(self) -> None:
+        """After rollouts: free the engine's memory for the update."""
+
+    def mark_weights_changed(self) -> None:
+        """After each optimiser step: the next rollout must see the new weights."""
+
+    def without_branching(self) -> "RolloutEngine":
+        """The same engine sampling from the clean model only (eval, pass@k)."""
+
 
 def completion_mask(ids: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
     """1 on every token up to and including the first EOS of each row. [N, C] -> [N, C]."""

@@ -25,13 +25,25 @@ class HFRolloutEngine:
         self.policy = policy
         self.branching = Branching.from_config(branching)
 
+    # generate() runs on the policy's own weights: nothing to wake, free or sync
+    def wake_up(self) -> None:
+        pass
+
+    def sleep(self) -> None:
+        pass
+
+    def mark_weights_changed(self) -> None:
+        pass
+
+    def without_branching(self) -> "HFRolloutEngine":
+        return HFRolloutEngine(self.policy)
+
     @torch.no_grad()  # not inference_mode: these tensors feed a training forward later
     def generate(self, batch: PromptBatch, params: SamplingParams) -> Rollouts:
         policy = self.policy
         t0 = time.perf_counter()
         n = 1 if params.greedy else params.n
         inputs = to_device(batch.inputs, policy.device, policy.dtype)
-        inputs = policy.adapter.generation_inputs(policy.base_model(), batch, inputs)
         prompt_len = inputs["input_ids"].shape[1]
         row_mask = inputs["attention_mask"].repeat_interleave(n, dim=0)             # [B*G, P]
         plan = None if params.greedy else make_plan(self.branching, len(batch), n)
@@ -44,13 +56,9 @@ class HFRolloutEngine:
         else:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p,
                           top_k=params.top_k or None)
-        was_training = policy.model.training
-        policy.model.eval()
-        try:
-            with latent_noise(policy.model, plan, row_mask):
-                out = policy.model.generate(**inputs, **kwargs)
-        finally:
-            policy.model.train(was_training)
+        with policy.generation(), latent_noise(policy.model, plan, row_mask):
+            inputs = policy.adapter.generation_inputs(policy.base_model(), batch, inputs)
+            out = policy.model.generate(**inputs, **kwargs)
         ids = out.sequences[:, prompt_len:].cpu()                                  # [N, C]
         mask = completion_mask(ids, policy.eos_ids)                                # [N, C]
         ids = torch.where(mask.bool(), ids, torch.full_like(ids, policy.pad_id))

@@ -1,11 +1,37 @@
-"""Rollouts with vLLM (GPU only; `pip install mmrlvr[vllm]`).
+"""Rollouts with vLLM (GPU only; `pip install mmrlvr[vllm]`), colocated with training.
 
-Written against vLLM's documented offline API: `LLM(...)`, `SamplingParams(n=G, logprobs=0)`,
-prompts as `{"prompt": chat_text, "multi_modal_data": {"image": [...]}}` so vLLM expands the
-media tokens itself, once per prompt. The engine runs in the training process ("colocated"):
-`sync_weights()` pushes the policy's current weights into vLLM's model before each rollout
-(the same in-process path TRL's colocate mode uses; it needs `VLLM_ENABLE_V1_MULTIPROCESSING=0`,
-which this module sets before importing vLLM).
+Written against vLLM's offline API (the source of vLLM 0.33.0, which pins transformers < 5.21
+and torch 2.14.0, was read for this): `LLM(...)`, `SamplingParams(n=G, logprobs=0)`, prompts as
+`{"prompt": chat_text, "multi_modal_data": {"image": [...]}}` so vLLM expands the media tokens
+itself, once per prompt. The engine runs in the training process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`, set before vLLM is imported).
+
+One engine per rank. Under a multi-process run (torch.distributed initialised, world size > 1,
+torchrun's RANK / LOCAL_RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set) each rank builds
+its own engine with `distributed_executor_backend="external_launcher"` and tensor parallel size 1
+(TRL's colocate mode), samples its own prompts, and seeds its sampler with `train.seed + rank`.
+Sample logprobs are vLLM's `processed_logprobs` (after temperature), the distribution the
+trainer's recompute scores.
+
+The trainer's side of it, in order, every step (under FSDP2 on every rank at the same point):
+
+    engine.wake_up()               # weights back on the GPU, synced if they changed, KV cache back
+    rollouts = engine.generate(batch, params)
+    engine.sleep()                 # level 1: weights to CPU, KV cache freed, for the update
+    ... backward, optimizer.step() ...
+    engine.mark_weights_changed()  # the next wake_up (or generate) syncs
+
+`generate` wakes and syncs by itself when needed, so a caller that never sleeps (`mmrlvr eval
+--backend vllm`) just calls it. `without_branching()` is the same engine sampling every member
+clean: eval's pass@k.
+
+Weight sync (`mmrlvr.rollout.vllm_sync`): the policy's parameters are walked in a fixed order,
+one decoder layer / block / module at a time; a sharded parameter is gathered with
+`full_tensor()` (a collective), LoRA is merged in float32, the unit is cast to the engine's dtype,
+renamed to checkpoint names and loaded with the vLLM model's own `load_weights` (reached with
+`LLM.apply_model`), then the prefix and encoder caches are reset. The first sync sends every
+weight; later ones only trainable weights and LoRA-merged bases (frozen weights never change).
+Its time is `rollout/weight_sync_s` in the stats of the next `generate`.
 
 NC-GRPO (`rollout.branching`, `mmrlvr.rollout.vllm_noise`): the clean members of a group stay one
 request with n = G-k; every noisy member is a request of its own (n = 1) carrying its RowNoise in
@@ -13,14 +39,18 @@ request with n = G-k; every noisy member is a request of its own (n = 1) carryin
 KV cache; completions are put back in the NoisePlan's row order. With noise on (alpha > 0) the
 hooks go in through a worker extension, on vLLM's V1 model runner (`VLLM_USE_V2_MODEL_RUNNER=0`),
 and the engine runs eagerly (`enforce_eager=True`: CUDA graphs and torch.compile would skip the
-Python hooks, so rollouts are slower); after each call the hooks' counters are checked (every
-noisy request seen, all of its prompt tokens displaced).
+Python hooks, so rollouts are slower); after each call the hooks' counters are checked.
 
-Not yet run on a GPU here, with or without branching: the request building, row order and the
-displacement arithmetic are tested on CPU (tests/test_vllm_noise.py); the hook installation and
-the runner attributes it reads were checked against vLLM's source only.
+What is tested, and where: on CPU without vLLM (tests/test_vllm_sync.py, tests/test_vllm_noise.py)
+— the name mapping of every parameter of tiny Qwen2-VL, Qwen2.5-VL and Qwen2-Audio against the
+checkpoints transformers writes, the LoRA merge against peft's `merge_and_unload`, the
+unit-by-unit gathering (counted fake shards, and real FSDP2 DTensors on 2 gloo processes), seeds,
+LLM arguments, request building, row order, and this class end to end against a stand-in `LLM`
+(sync once per change, sleep/wake order, greedy eval and clean pass@k through `evaluate`). Never
+run on a GPU with a real vLLM: engine start-up under external_launcher, sleep mode, `apply_model`
++ `load_weights` with these names, and the noise hooks were checked against vLLM's source only.
 
-This module imports vllm only inside the engine; CPU runs and tests never import vllm.
+This module imports vllm only inside `build_llm` / `vllm_sampling_params`.
 """
 from __future__ import annotations
 
@@ -34,7 +64,11 @@ import torch
 from mmrlvr.rollout.base import SamplingParams, completion_mask, scrub_placeholders
 from mmrlvr.rollout.branching import Branching, NoisePlan, RowNoise, make_plan
 from mmrlvr.rollout.vllm_noise import WORKER_EXTENSION, noise_extra_args
+from mmrlvr.rollout.vllm_sync import architecture, engine_seed, load_units, sync_units
 from mmrlvr.types import PromptBatch, Rollouts
+
+MAX_MEDIA_PER_PROMPT = 8
+LAUNCH_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 @dataclass(frozen=True)
@@ -84,74 +118,166 @@ def rows_in_plan_order(specs: list[RequestSpec], completions: list[list]) -> lis
     return out
 
 
+def build_requests(prompts: list[dict], specs: list[RequestSpec], params: SamplingParams,
+                   eos_ids: list[int], placeholder_ids: list[int]) -> tuple[list[dict], list[dict]]:
+    """(vLLM prompt, SamplingParams keyword arguments) for each request spec, in order."""
+    requests, samplings = [], []
+    for spec in specs:
+        salt = {"cache_salt": spec.cache_salt} if spec.cache_salt else {}
+        requests.append({**prompts[spec.prompt], **salt})
+        samplings.append(dict(
+            n=len(spec.rows), max_tokens=params.max_new_tokens, logprobs=0,
+            stop_token_ids=list(eos_ids),
+            temperature=0.0 if params.greedy else params.temperature,
+            top_p=1.0 if params.greedy else params.top_p, top_k=params.top_k or -1,
+            logit_bias={tid: -100.0 for tid in placeholder_ids} or None,
+            extra_args=noise_extra_args(spec.noise) if spec.noise else None))
+    return requests, samplings
+
+
+def llm_kwargs(path: str, *, dtype: torch.dtype, media: str, gpu_memory_utilization: float,
+               max_model_len: int | None, seed: int, rank: int, world: int,
+               noise: bool) -> dict:
+    """The `vllm.LLM(...)` arguments of rank `rank`'s colocated engine."""
+    limits = {media: MAX_MEDIA_PER_PROMPT, **({"video": 0} if media == "image" else {})}
+    kwargs = dict(model=path, dtype=str(dtype).removeprefix("torch."),
+                  seed=engine_seed(seed, rank), gpu_memory_utilization=gpu_memory_utilization,
+                  max_model_len=max_model_len, enable_prefix_caching=True, enable_sleep_mode=True,
+                  logprobs_mode="processed_logprobs", limit_mm_per_prompt=limits)
+    if world > 1:
+        kwargs.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+    if noise:
+        kwargs.update(enforce_eager=True, worker_extension_cls=WORKER_EXTENSION)
+    return kwargs
+
+
+def process_place() -> tuple[int, int]:
+    """(rank, world size) of this process in torch.distributed, (0, 1) outside it."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def build_llm(**kwargs):
+    from vllm import LLM
+
+    return LLM(**kwargs)
+
+
+def vllm_sampling_params(**kwargs):
+    from vllm import SamplingParams as VSamplingParams
+
+    return VSamplingParams(**kwargs)
+
+
 class VLLMRolloutEngine:
     def __init__(self, policy, branching: dict | None = None, gpu_memory_utilization: float = 0.5,
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, *, seed: int = 0):
         if not torch.cuda.is_available():
             raise RuntimeError("rollout.backend 'vllm' needs a CUDA GPU; use 'hf' on CPU")
+        self.policy = policy
         self.branching = Branching.from_config(branching)
         self.noise_on = self.branching.kind != "none" and self.branching.alpha > 0
+        config = policy.base_model().config
+        self.model_type = config.model_type
+        self.dtype = policy.compute_dtype
+        rank, world = process_place()
+        missing = [k for k in LAUNCH_ENV if k not in os.environ]
+        if world > 1 and missing:
+            raise RuntimeError(f"rollout.backend 'vllm' in a {world}-process run builds one engine "
+                               f"per rank from torchrun's environment, which lacks {missing}; "
+                               "launch with torchrun or accelerate launch")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if self.noise_on:   # the hooks read the V1 runner's input_batch / requests
             os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
-        from vllm import LLM
-
-        self.policy = policy
-        path = getattr(policy.base_model().config, "_name_or_path", None)
-        self.llm = LLM(model=path, dtype=str(policy.dtype).replace("torch.", ""),
-                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                       enable_prefix_caching=True, limit_mm_per_prompt={"image": 8},
-                       **({"enforce_eager": True, "worker_extension_cls": WORKER_EXTENSION}
-                          if self.noise_on else {}))
+        self.llm = build_llm(**llm_kwargs(
+            config._name_or_path, dtype=self.dtype, media=architecture(self.model_type).media,
+            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+            seed=seed, rank=rank, world=world, noise=self.noise_on))
         if self.noise_on:
             self.llm.collective_rpc("mmrlvr_install_noise", args=(self.branching.site,))
-        self._synced_version = None
+        self._version = 0               # bumped by mark_weights_changed()
+        self._synced_version = None     # what vLLM holds; None: its own load, not yet synced
+        self._asleep = False
+        self._sync_s = 0.0              # sync time not yet reported by generate
 
-    def sync_weights(self) -> None:
-        """Copy the policy's weights (LoRA merged) into vLLM's model and drop stale caches."""
-        policy = self.policy
-        if policy.lora:
-            policy.model.merge_adapter()
+    # -- the trainer's calls ----------------------------------------------------------------
+    def mark_weights_changed(self) -> None:
+        """The policy's weights changed (an optimizer step): the next wake_up/generate syncs."""
+        self._version += 1
+
+    def sleep(self) -> None:
+        """Free the GPU for the update: weights to CPU, KV cache dropped (vLLM sleep level 1)."""
+        if not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def wake_up(self) -> None:
+        """Weights back, synced if they changed, then the KV cache (so the sync has its room).
+
+        A sync gathers sharded parameters: under FSDP2 every rank must call this together."""
+        if not self._asleep:
+            self.sync_weights()
+            return
+        torch.cuda.empty_cache()        # the update's cached blocks, before vLLM maps its own
+        self.llm.wake_up(tags=["weights"])
+        self._asleep = False
         try:
-            state = {k.replace(".base_layer.", "."): v for k, v in
-                     policy.base_model().state_dict().items() if "lora_" not in k}
-            runner = self.llm.llm_engine.model_executor.driver_worker.worker.model_runner
-            runner.model.load_weights(state.items())
-        except AttributeError as err:
-            raise RuntimeError(f"this vLLM version does not expose the in-process model "
-                               f"runner mmrlvr syncs weights into ({err}); pin a vLLM release "
-                               "that TRL's colocate mode supports") from None
+            self.sync_weights()
         finally:
-            if policy.lora:
-                policy.model.unmerge_adapter()
+            self.llm.wake_up(tags=["kv_cache"])
+
+    def sync_weights(self, force: bool = False) -> float:
+        """Load the policy's weights into vLLM if they changed since the last sync (or `force`).
+        Returns the seconds it took (0.0 when nothing was sent)."""
+        if self._asleep:
+            raise RuntimeError("VLLMRolloutEngine.sync_weights: the engine is asleep; call "
+                               "wake_up(), which syncs")
+        if self._synced_version == self._version and not force:
+            return 0.0
+        t0 = time.perf_counter()
+        units = sync_units(self.policy.model, self.model_type, self.dtype,
+                           only_trainable=self._synced_version is not None and not force)
+        with torch.no_grad():
+            load_units(units, self._load)
         self.llm.reset_prefix_cache()
+        self.llm.llm_engine.reset_encoder_cache()   # media features of the old weights
+        torch.cuda.synchronize()
+        self._synced_version = self._version
+        seconds = time.perf_counter() - t0
+        self._sync_s += seconds
+        return seconds
+
+    def _load(self, unit: list[tuple[str, torch.Tensor]]) -> None:
+        self.llm.apply_model(lambda model: model.load_weights(unit))
+
+    def without_branching(self) -> "CleanVLLMEngine":
+        """This engine (same weights, same GPU memory) with every member sampled clean."""
+        return CleanVLLMEngine(self)
 
     def generate(self, batch: PromptBatch, params: SamplingParams) -> Rollouts:
-        from vllm import SamplingParams as VSamplingParams
+        return self._generate(batch, params, branching=True)
 
+    # -- one generate call ------------------------------------------------------------------
+    def _generate(self, batch: PromptBatch, params: SamplingParams, branching: bool) -> Rollouts:
         policy = self.policy
         t0 = time.perf_counter()
-        self.sync_weights()
+        self.wake_up()
+        sync_s, self._sync_s = self._sync_s, 0.0
         n = 1 if params.greedy else params.n
-        plan = None if params.greedy else make_plan(self.branching, len(batch), n)
+        plan = None if params.greedy or not branching else make_plan(self.branching, len(batch), n)
         noisy = plan is not None and plan.active
         specs = request_specs(len(batch), n, plan if noisy else None, salt=uuid.uuid4().hex)
         prompts = []
         for ex, text in zip(batch.examples, batch.prompt_texts):
             media = policy.adapter.vllm_media(ex)
             prompts.append({"prompt": text, **({"multi_modal_data": media} if media else {})})
-        requests, samplings = [], []
-        for spec in specs:
-            salt = {"cache_salt": spec.cache_salt} if spec.cache_salt else {}
-            requests.append({**prompts[spec.prompt], **salt})
-            samplings.append(VSamplingParams(
-                n=len(spec.rows), max_tokens=params.max_new_tokens, logprobs=0,
-                stop_token_ids=policy.eos_ids,
-                temperature=0.0 if params.greedy else params.temperature,
-                top_p=1.0 if params.greedy else params.top_p, top_k=params.top_k or -1,
-                logit_bias={tid: -100.0 for tid in policy.placeholder_ids} or None,
-                extra_args=noise_extra_args(spec.noise) if spec.noise else None))
-        outputs = self.llm.generate(requests, samplings, use_tqdm=False)
+        requests, samplings = build_requests(prompts, specs, params, policy.eos_ids,
+                                             policy.placeholder_ids)
+        outputs = self.llm.generate(requests, [vllm_sampling_params(**s) for s in samplings],
+                                    use_tqdm=False)
         completions = [[(list(comp.token_ids),
                          [next(iter(lp.values())).logprob if lp else 0.0
                           for lp in (comp.logprobs or [])])
@@ -160,11 +286,10 @@ class VLLMRolloutEngine:
         width = max(1, max(len(r) for r in rows))
         ids = torch.full((len(rows), width), policy.pad_id, dtype=torch.long)
         sample_logp = torch.zeros((len(rows), width))
+        real = torch.zeros_like(ids)
         for i, (r, lp) in enumerate(zip(rows, logps)):
             ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
             sample_logp[i, :len(lp)] = torch.tensor(lp)
-        real = torch.zeros_like(ids)
-        for i, r in enumerate(rows):
             real[i, :len(r)] = 1
         mask = completion_mask(ids, policy.eos_ids) * real
         ids, mask, scrubbed = scrub_placeholders(ids, mask, policy.placeholder_ids, policy.pad_id)
@@ -173,7 +298,7 @@ class VLLMRolloutEngine:
         ended = torch.isin(ids, torch.tensor(policy.eos_ids)).any(dim=1)
         stats = {"rollout/time_s": time.perf_counter() - t0, "rollout/tokens": int(mask.sum()),
                  "rollout/truncated_frac": float((~ended).float().mean()),
-                 "rollout/placeholder_scrubbed": scrubbed}
+                 "rollout/placeholder_scrubbed": scrubbed, "rollout/weight_sync_s": sync_s}
         if self.noise_on:
             counts = self.llm.collective_rpc("mmrlvr_noise_counts")[0]
             n_noisy = sum(spec.noise is not None for spec in specs)
@@ -187,3 +312,13 @@ class VLLMRolloutEngine:
         return Rollouts(prompts=batch, group_size=n, completion_ids=ids, completion_mask=mask,
                         sample_logprobs=None if params.greedy else sample_logp, texts=texts,
                         branch=plan.tags() if plan else ["clean"] * len(texts), stats=stats)
+
+
+class CleanVLLMEngine:
+    """A VLLMRolloutEngine's clean view: its engine and weights, never a noisy member (eval)."""
+
+    def __init__(self, engine: VLLMRolloutEngine):
+        self.engine = engine
+
+    def generate(self, batch: PromptBatch, params: SamplingParams) -> Rollouts:
+        return self.engine._generate(batch, params, branching=False)

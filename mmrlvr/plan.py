@@ -1,0 +1,501 @@
+"""`mmrlvr plan`: per-GPU memory of a run config under DDP and FSDP2, before loading any weights.
+
+Parameter counts are exact: the model's config (a local dir, the HF cache, or for a known hub id
+the published config.json dims in `BUILTIN`) is built on the meta device, as `Policy.load` builds
+it (Qwen2.5-Omni: its thinker), and counted by tower with Policy's freeze rules (`visual.*`,
+`audio_tower.*`; the rest is the language model). The rest is arithmetic. Bytes per GPU, with W
+GPUs, c bytes per compute element (`model.dtype`; `auto` is bf16 on CUDA), p per
+`model.param_dtype` element, and "÷W" marking what FSDP2 shards:
+
+  trainable weights  T·p ÷W    T: all outside frozen towers; LoRA: r·(in+out) per nn.Linear whose
+                               name ends in a `model.lora.target_modules` entry (peft's rule)
+  frozen weights     (N-T)·p ÷W  Policy.load holds a full fine-tune in p; a LoRA base: N·c ÷W
+  AdamW moments      2·T·p ÷W
+  DDP buckets        T·p        ddp on 2+ GPUs: DistributedDataParallel's gradient buckets, which
+                               hold the gradients themselves (gradient_as_bucket_view)
+  reference model    N·c ÷W    algo.beta > 0, or a `pwsd` objective with `teacher: frozen`; never
+                               with LoRA (the base with adapters off is the reference)
+  gradients          T·p ÷W    update phase only (set to None between steps); ddp on 2+ GPUs: 0
+  compute copies     fsdp2 (`mmrlvr.parallel`: a unit per layer, per block and per media tower):
+                     rollout N·c, the whole model gathered around `generate`; update: the root
+                     (embeddings, lm_head, kept gathered) and the two largest units, parameters
+                     and their unsharded gradients. ddp: T·c when p != c (autocast's cached casts)
+  KV cache (hf)      S·L·layers·2·kv_heads·head_dim·c; S = batch_prompts·group_size/W, L = P+C
+  prefill (hf)       S·P·(2h + 3i)·c, one decoder layer's working set, + the sampling logits
+  vLLM               rollout.vllm_gpu_memory_utilization × GPU memory, held all run
+  activations        per token and layer full = c·(7h + 4·kv + 4i) + 8h (RMSNorm's fp32 upcasts;
+                     eager attention adds 2·heads·L·c). Checkpointed: c·h a layer + one layer
+                     recomputed with its gradients (2·full); not: (layers+1)·full. Over
+                     micro_batch·L tokens, and a trainable tower's over its patches or frames.
+  logits             micro_batch·C·V·(4 + 4 + c): the fp32 logits and log-softmax that
+                     `Policy.completion_logprobs` materialises, and the model's own output
+  runtime            2 GiB: CUDA context, NCCL buffers, allocator slack
+A phase's total is the held rows plus its own; the peak is the larger of the rollout and update
+phases; a strategy fits when its peak is within the GPU memory. The prompt P is one image at
+model.max_pixels (Qwen-VL: pixels/(28·28) tokens) or a 30 s clip (750 audio tokens), plus 256
+text tokens; C = rollout.max_new_tokens; every sequence is taken at full length.
+
+Left out: the extra forwards of auxiliary objectives (PIRL consistency, recycled rollouts), the
+logprob recompute before the update (no gradients: less than the update), eval generation,
+checkpoint-saving buffers, fragmentation beyond the fixed slack, CPU offload.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mmrlvr.config import Config, ConfigError
+
+GiB = 2 ** 30
+STRATEGIES = ("ddp", "fsdp2")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+TEXT_TOKENS = 256
+"""Prompt text budget: system prompt, question, format instructions."""
+AUDIO_TOKENS = 750
+"""Audio tokens of a 30 s clip (Qwen2-Audio, Qwen2.5-Omni: 25 a second after pooling)."""
+RUNTIME = 2 * GiB
+
+
+def _text(h, i, layers, heads, kv, vocab, tied) -> dict:
+    return dict(hidden_size=h, intermediate_size=i, num_hidden_layers=layers, vocab_size=vocab,
+                num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=tied)
+
+
+def _qwen25_vision(out: int, inter: int = 3420) -> dict:
+    return dict(depth=32, hidden_size=1280, intermediate_size=inter, num_heads=16, in_channels=3,
+                out_hidden_size=out, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+
+
+def _vl(model_type: str, text: dict, vision: dict) -> dict:
+    return dict(model_type=model_type, text_config=text, vision_config=vision,
+                tie_word_embeddings=text["tie_word_embeddings"])
+
+
+def _qwen2_vl(text: dict) -> dict:
+    return _vl("qwen2_vl", text, dict(depth=32, embed_dim=1280, mlp_ratio=4, num_heads=16,
+                                      hidden_size=text["hidden_size"], in_channels=3, patch_size=14,
+                                      spatial_merge_size=2, temporal_patch_size=2))
+
+
+_WHISPER = dict(d_model=1280, encoder_layers=32, encoder_attention_heads=20, encoder_ffn_dim=5120,
+                num_mel_bins=128, max_source_positions=1500)
+_QWEN2_AUDIO = dict(    # its config.json leaves hidden 4096, 32 layers, 32 (kv) heads to Qwen2's
+    model_type="qwen2_audio", architectures=["Qwen2AudioForConditionalGeneration"],
+    audio_config=_WHISPER, vocab_size=156032,
+    text_config=dict(model_type="qwen2", **_text(4096, 11008, 32, 32, 32, 156032, False)))
+
+
+def _omni(text: dict) -> dict:          # the thinker's dims (Policy.load trains only the thinker)
+    out = text["hidden_size"]
+    return dict(model_type="qwen2_5_omni_thinker", text_config=text,
+                audio_config=dict(_WHISPER, output_dim=out), vision_config=_qwen25_vision(out))
+
+
+BUILTIN: dict[str, dict] = {    # published config.json dims, for hub ids not on this machine
+    "Qwen/Qwen2.5-VL-3B-Instruct": _vl("qwen2_5_vl", _text(2048, 11008, 36, 16, 2, 151936, True),
+                                       _qwen25_vision(2048)),
+    "Qwen/Qwen2.5-VL-7B-Instruct": _vl("qwen2_5_vl", _text(3584, 18944, 28, 28, 4, 152064, False),
+                                       _qwen25_vision(3584)),
+    "Qwen/Qwen2.5-VL-32B-Instruct": _vl("qwen2_5_vl", _text(5120, 27648, 64, 40, 8, 152064, False),
+                                        _qwen25_vision(5120, 3456)),
+    "Qwen/Qwen2.5-VL-72B-Instruct": _vl("qwen2_5_vl", _text(8192, 29568, 80, 64, 8, 152064, False),
+                                        _qwen25_vision(8192, 3456)),
+    "Qwen/Qwen2-VL-2B-Instruct": _qwen2_vl(_text(1536, 8960, 28, 12, 2, 151936, True)),
+    "Qwen/Qwen2-VL-7B-Instruct": _qwen2_vl(_text(3584, 18944, 28, 28, 4, 152064, False)),
+    "Qwen/Qwen2-Audio-7B": _QWEN2_AUDIO,
+    "Qwen/Qwen2-Audio-7B-Instruct": _QWEN2_AUDIO,
+    "Qwen/Qwen2.5-Omni-3B": _omni(_text(2048, 11008, 36, 16, 2, 151936, False)),
+    "Qwen/Qwen2.5-Omni-7B": _omni(_text(3584, 18944, 28, 28, 4, 152064, False)),
+}
+
+
+def _tower(name: str) -> str:           # Policy.load's freeze_vision / freeze_audio name rules
+    name = f".{name}"
+    return "vision tower" if ".visual." in name else \
+        "audio tower" if ".audio_tower." in name else "language model"
+
+
+def load_hf_config(path: str):
+    """(transformers config, where it came from) for a local dir, the HF cache, or `BUILTIN`."""
+    from transformers import AutoConfig
+
+    if Path(path).is_dir():
+        return AutoConfig.from_pretrained(path), f"config from {path}"
+    try:
+        return (AutoConfig.from_pretrained(path, local_files_only=True),
+                f"config of {path} from the HF cache")
+    except (OSError, ValueError):
+        pass
+    known = {k.lower(): k for k in BUILTIN}
+    if path.lower() in known:
+        spec = json.loads(json.dumps(BUILTIN[known[path.lower()]]))
+        return (AutoConfig.for_model(spec.pop("model_type"), **spec),
+                f"dims from the built-in table for {known[path.lower()]}")
+    raise ConfigError(f"model.path {path!r}: no model dir there (build it first: `mmrlvr tiny`, "
+                      f"or the stage that writes it), and as a hub id it is neither in the HF "
+                      f"cache nor in the built-in table ({', '.join(BUILTIN)}): download it "
+                      f"first (huggingface-cli download {path}) or set model.path to a local dir")
+
+
+def meta_model(config):
+    """The model `Policy.load` builds from `config`, on the meta device: no memory, no weights."""
+    import torch
+    import transformers
+
+    if getattr(config, "model_type", "") == "qwen2_5_omni":     # full Omni: its text thinker
+        config = config.thinker_config
+    with torch.device("meta"):
+        try:
+            return transformers.AutoModelForImageTextToText.from_config(config)
+        except ValueError:
+            names = getattr(config, "architectures", None) or []
+            if config.model_type == "qwen2_5_omni_thinker":
+                names = ["Qwen2_5OmniThinkerForConditionalGeneration"]
+            cls = getattr(transformers, names[0], None) if names else None
+            if cls is None:
+                raise ConfigError(f"no image/audio-text model class for {type(config).__name__}")
+            return cls._from_config(config)
+
+
+@dataclass
+class Dims:
+    """What the arithmetic needs from one model and the config's trainable set."""
+
+    towers: dict[str, int]      # language model / vision tower / audio tower -> parameters
+    total: int
+    trainable: int
+    root: tuple[int, int]       # FSDP2's root unit: (parameters, trainable ones) outside the rest
+    block: tuple[int, int]      # the largest other unit's (parameters, trainable ones)
+    hidden: int
+    inter: int
+    layers: int
+    heads: int
+    kv_dim: int                 # kv_heads · head_dim
+    vocab: int
+    encoders: dict[str, tuple[int, int, int]]   # tower -> (width, intermediate, depth)
+
+
+def inspect_model(model, cfg: Config) -> Dims:
+    import torch
+
+    from mmrlvr.parallel import TOWER_NAMES, UNIT_SUFFIXES      # what fully_shard_model wraps
+
+    mc, lora = cfg.model, cfg.model.lora.r > 0
+    frozen = {"vision tower": mc.freeze_vision, "audio tower": mc.freeze_audio}
+    towers = {"language model": 0, "vision tower": 0, "audio tower": 0}
+    units = [n for n, mod in model.named_modules() if n and (type(mod).__name__.endswith(
+        UNIT_SUFFIXES) or n.rsplit(".", 1)[-1] in TOWER_NAMES)]
+    owned = {u: [0, 0] for u in [*units, ""]}      # unit -> [parameters, trainable]; "" the root
+    for name, p in model.named_parameters():       # tied weights count once, as in parameters()
+        tower, unit = _tower(name), max((u for u in units if name.startswith(u + ".")),
+                                        key=len, default="")        # its innermost unit
+        towers[tower] += p.numel()
+        owned[unit][0] += p.numel()
+        owned[unit][1] += 0 if frozen.get(tower) else p.numel()
+    root = tuple(owned.pop(""))
+    trainable = sum(t for _, t in owned.values()) + root[1]
+    if lora:                    # peft: adapters on every Linear named like a target; base frozen
+        ends = tuple(f".{t}" for t in mc.lora.target_modules)
+        trainable = sum(mc.lora.r * (m.in_features + m.out_features)
+                        for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+                        and (n in mc.lora.target_modules or n.endswith(ends)))
+        root, owned = (root[0], 0), {u: [n, 0] for u, (n, _) in owned.items()}
+    total, tc = sum(towers.values()), model.config.get_text_config()
+    encoders = {}
+    for tower, key in (("vision tower", "vision_config"), ("audio tower", "audio_config")):
+        sub = getattr(model.config, key, None)
+        if sub is None or not towers[tower]:
+            continue
+        if tower == "audio tower":
+            encoders[tower] = (sub.d_model, sub.encoder_ffn_dim, sub.encoder_layers)
+        else:
+            width = getattr(sub, "embed_dim", None) or sub.hidden_size
+            inter = getattr(sub, "intermediate_size", None) or width * sub.mlp_ratio
+            encoders[tower] = (width, inter, sub.depth)
+    heads = tc.num_attention_heads
+    head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // heads
+    return Dims(towers={k: v for k, v in towers.items() if v}, total=total, trainable=trainable,
+                root=root, block=tuple(max(owned.values(), default=(0, 0))),
+                hidden=tc.hidden_size, inter=tc.intermediate_size, layers=tc.num_hidden_layers,
+                heads=heads, kv_dim=getattr(tc, "num_key_value_heads", heads) * head_dim,
+                vocab=tc.vocab_size, encoders=encoders)
+
+
+@dataclass
+class Row:
+    name: str
+    phase: str                  # "held" (all run), "rollout" or "update"
+    ddp: int                    # bytes per GPU
+    fsdp2: int
+    counted: bool = True        # False: shown beside its alternative, not in the totals
+
+
+def image_tokens(cfg: Config) -> int:
+    return cfg.model.max_pixels // (28 * 28)
+
+
+def prompt_tokens(cfg: Config) -> int:
+    return (AUDIO_TOKENS if cfg.model.modality == "audio" else image_tokens(cfg)) + TEXT_TOKENS
+
+
+def uses_reference(cfg: Config) -> bool:
+    frozen_teacher = any(o.get("name") == "pwsd" and o.get("teacher") == "frozen"
+                         for o in cfg.objectives)
+    return (cfg.algo.beta > 0 or frozen_teacher) and cfg.model.lora.r == 0
+
+
+def _layer_bytes(h: int, kv: int, i: int, c: int) -> int:
+    return c * (7 * h + 4 * kv + 4 * i) + 8 * h
+
+
+def build_rows(d: Dims, cfg: Config, gpus: int, gpu_mem: float) -> list[Row]:
+    """Every component's bytes per GPU under both strategies (the module docstring's formulas)."""
+    m, ro, tr = cfg.model, cfg.rollout, cfg.train
+    c, p = DTYPE_BYTES.get(m.dtype, 2), DTYPE_BYTES[m.param_dtype]    # `auto`: bf16 on CUDA
+    W, T, N = gpus, d.trainable, d.total
+    P, C = prompt_tokens(cfg), ro.max_new_tokens
+    L = P + C
+    cname, pname = ("bf16" if c == 2 else "fp32"), ("bf16" if p == 2 else "fp32")
+    rows: list[Row] = []
+
+    def add(name, phase, ddp, fsdp2=None, counted=True):
+        rows.append(Row(name, phase, int(ddp), int(ddp if fsdp2 is None else fsdp2), counted))
+
+    def sharded(name, phase, nbytes):
+        add(name, phase, nbytes, math.ceil(nbytes / W))
+
+    sharded(f"trainable weights ({pname} masters)", "held", T * p)
+    if m.lora.r > 0:            # Policy.load: a LoRA base in the compute dtype, else all in p
+        sharded(f"frozen base weights ({cname})", "held", N * c)
+    else:
+        sharded(f"frozen weights ({pname})", "held", (N - T) * p)
+    sharded(f"AdamW moments (2 x {pname})", "held", 2 * T * p)
+    add(f"DDP gradient buckets ({pname})", "held", T * p if W > 1 else 0, 0)  # one GPU: no DDP
+    if uses_reference(cfg):
+        sharded(f"reference model ({cname})", "held", N * c)
+    add("CUDA context, NCCL, allocator slack", "held", RUNTIME)
+    cast = T * c if p != c else 0
+    if ro.backend == "vllm":
+        add(f"vLLM reservation ({ro.vllm_gpu_memory_utilization:g} of the GPU)", "held",
+            ro.vllm_gpu_memory_utilization * gpu_mem * GiB)
+    else:
+        S = math.ceil(tr.batch_prompts * ro.group_size / W)
+        add(f"{cname} weights for generate (ddp: cast; fsdp2: all gathered)", "rollout",
+            cast, N * c)
+        add(f"KV cache ({S} seq x {L} tok)", "rollout", S * L * d.layers * 2 * d.kv_dim * c)
+        add(f"prefill working set ({S} seq x {P} tok)", "rollout",
+            S * P * (2 * d.hidden + 3 * d.inter) * c + S * d.vocab * 4 * 2)
+    # ddp on 2+ GPUs: the gradients are views into the buckets (gradient_as_bucket_view)
+    add(f"gradients ({pname})", "update", 0 if W > 1 else T * p, math.ceil(T * p / W))
+    (root, root_tr), (blk, blk_tr) = d.root, d.block
+    add(f"{cname} weights in flight (ddp: cast; fsdp2: root + 2 units)", "update", cast,
+        (root + 2 * blk + root_tr + 2 * blk_tr) * c)
+    tokens, full = tr.micro_batch * L, _layer_bytes(d.hidden, d.kv_dim, d.inter, c)
+    if m.attn_implementation == "eager":
+        full += 2 * d.heads * L * c
+    on, off = tokens * (d.layers * c * d.hidden + 2 * full), tokens * (d.layers + 1) * full
+    for tower, (width, inter, depth) in d.encoders.items():
+        if m.lora.r > 0 or (m.freeze_vision if tower == "vision tower" else m.freeze_audio):
+            continue            # no gradient flows into the tower: it keeps nothing for backward
+        units = tr.micro_batch * (4 * image_tokens(cfg) if tower == "vision tower"
+                                  else 2 * AUDIO_TOKENS)        # patches before the 2x2 merge
+        enc = _layer_bytes(width, width, inter, c)
+        on, off = on + units * (depth * c * width + 2 * enc), off + units * (depth + 1) * enc
+    ckpt = m.gradient_checkpointing
+    add("activations, checkpointing on" + (" (used)" if ckpt else ""), "update", on, counted=ckpt)
+    add("activations, checkpointing off" + ("" if ckpt else " (used)"), "update", off,
+        counted=not ckpt)
+    add(f"logits ({tr.micro_batch} x {C} x {d.vocab}; fp32 x 2 + {cname})", "update",
+        tr.micro_batch * C * d.vocab * (8 + c))
+    return rows
+
+
+@dataclass
+class Plan:
+    """Per-GPU memory of one config on `gpus` GPUs of `gpu_mem` GiB, under DDP and FSDP2."""
+
+    cfg: Config
+    dims: Dims
+    gpus: int
+    gpu_mem: float
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+    label: str = "config"
+
+    def engine(self, strategy: str) -> str:
+        """`ddp` or `fsdp2` for a `train.strategy` value (`auto` resolved)."""
+        if strategy == "auto":
+            return self.choose_strategy()
+        if strategy not in STRATEGIES:
+            raise ConfigError(f"strategy {strategy!r}: choose one of auto, {', '.join(STRATEGIES)}")
+        return strategy
+
+    def total(self, strategy: str, phase: str) -> int:
+        return sum(getattr(r, self.engine(strategy)) for r in self.rows
+                   if r.counted and r.phase in ("held", phase))
+
+    def peak(self, strategy: str) -> tuple[int, str]:
+        return max((self.total(strategy, ph), ph) for ph in ("rollout", "update"))
+
+    def fits(self, strategy: str) -> bool:
+        return self.peak(strategy)[0] <= self.gpu_mem * GiB
+
+    def choose_strategy(self) -> str:
+        """`ddp` when the model with its optimiser and working memory fits one GPU, else `fsdp2`."""
+        return "ddp" if self.fits("ddp") else "fsdp2"
+
+    def strategy(self) -> str:
+        """The engine the config runs with (`train.strategy`, `auto` resolved)."""
+        return self.engine(self.cfg.train.strategy)
+
+    def with_gpus(self, gpus: int) -> Plan:
+        return Plan(self.cfg, self.dims, gpus, self.gpu_mem,
+                    build_rows(self.dims, self.cfg, gpus, self.gpu_mem), self.notes, self.label)
+
+    def check(self, strategy: str) -> None:
+        """Raise ConfigError naming what is over, by how much, and what to change."""
+        strategy = self.engine(strategy)
+        if self.fits(strategy):
+            return
+        peak, phase = self.peak(strategy)
+        parts = sorted((r for r in self.rows if r.counted and r.phase in ("held", phase)),
+                       key=lambda r: -getattr(r, strategy))[:3]
+        largest = ", ".join(f"{r.name} {getattr(r, strategy) / GiB:.1f}" for r in parts)
+        m, tr = self.cfg.model, self.cfg.train
+        tips = ["train.strategy=fsdp2" + (" (fits as is)" if self.fits("fsdp2") else "")] \
+            if strategy == "ddp" else []
+        need = next((w for w in range(self.gpus + 1, tr.batch_prompts + 1)   # batches divide
+                     if tr.batch_prompts % w == 0 and self.with_gpus(w).fits("fsdp2")), 0)
+        tips.append(f"more GPUs (fsdp2 fits on {need} x {self.gpu_mem:g} GiB)" if need else
+                    f"more GPUs alone will not do (up to train.batch_prompts = {tr.batch_prompts})")
+        if not m.gradient_checkpointing:
+            tips.append("model.gradient_checkpointing=true")
+        if m.lora.r == 0:
+            tips.append("LoRA (model.lora.r=64: only the adapters train)")
+        if phase == "update" and tr.micro_batch > 1:
+            tips.append(f"a smaller train.micro_batch (now {tr.micro_batch})")
+        if phase == "rollout" and self.cfg.rollout.backend == "hf":
+            tips.append("fewer rollout sequences per GPU (train.batch_prompts x "
+                        "rollout.group_size) or a smaller rollout.max_new_tokens")
+        raise ConfigError(
+            f"{self.label} does not fit {strategy} on {self.gpus} x {self.gpu_mem:g} GiB: its "
+            f"{phase} phase needs {peak / GiB:.1f} GiB per GPU, {peak / GiB - self.gpu_mem:.1f} "
+            f"GiB over (largest: {largest} GiB). To fit, try: {'; '.join(tips)}.")
+
+    def to_dict(self) -> dict:
+        """The plan as JSON-able data; every size in bytes per GPU."""
+        d = self.dims
+        totals = {s: {ph: self.total(s, ph) for ph in ("rollout", "update")} for s in STRATEGIES}
+        for s in STRATEGIES:
+            totals[s].update(peak=self.peak(s)[0], fits=self.fits(s))
+        return {"config": self.label, "model": self.cfg.model.path, "gpus": self.gpus,
+                "gpu_mem_gib": self.gpu_mem, "rows": [vars(r).copy() for r in self.rows],
+                "params": {"total": d.total, "trainable": d.trainable, **d.towers},
+                "totals": totals, "strategy": self.strategy(), "notes": list(self.notes)}
+
+    def table(self) -> str:
+        d, m = self.dims, self.cfg.model
+        frozen = {"vision tower": m.freeze_vision, "audio tower": m.freeze_audio}
+        towers = ", ".join(f"{k} {v / 1e9:.3f} B" + (" (frozen)" if frozen.get(k) else "")
+                           for k, v in d.towers.items())
+        what = f"LoRA r={m.lora.r} adapters" if m.lora.r > 0 else "full fine-tune"
+
+        def line(name, ddp, fsdp2, indent=4):
+            cell = lambda v: f"{v:>9}" if isinstance(v, str) else f"{v / GiB:9.2f}"  # noqa: E731
+            return f"{' ' * indent}{name:<{64 - indent}}{cell(ddp)}{cell(fsdp2)}"
+
+        out = [f"mmrlvr plan: {self.label}", f"  model      {m.path}",
+               f"  params     {d.total / 1e9:.3f} B: {towers}",
+               f"  trainable  {d.trainable / 1e9:.3f} B ({what})",
+               f"  GPUs       {self.gpus} x {self.gpu_mem:g} GiB", "",
+               line("GiB per GPU", "ddp", "fsdp2", 2)]
+        for phase, title in (("held", "held all run"),
+                             ("rollout", f"rollout phase ({self.cfg.rollout.backend})"),
+                             ("update", "update phase")):
+            out.append(f"  {title}")
+            out += [line(r.name, r.ddp, r.fsdp2) for r in self.rows if r.phase == phase]
+            if phase != "held":
+                out.append(line(f"= {phase} total (held + {phase})",
+                                *(self.total(s, phase) for s in STRATEGIES)))
+        yes = lambda s: "yes" if self.fits(s) else "no"     # noqa: E731
+        out += [line("peak (the larger phase)", *(self.peak(s)[0] for s in STRATEGIES), 2),
+                line("GPU budget", *[self.gpu_mem * GiB] * 2, 2),
+                line("fits", yes("ddp"), yes("fsdp2"), 2), "",
+                f"  train.strategy {self.cfg.train.strategy} -> {self.strategy()}: "
+                + ("fits" if self.fits(self.strategy()) else "DOES NOT FIT")]
+        return "\n".join(out + [f"  note: {n}" for n in self.notes])
+
+
+def _gpu_defaults(gpus: int | None, gpu_mem: float | None) -> tuple[int, float, list[str]]:
+    import torch
+
+    notes, visible = [], torch.cuda.is_available() and torch.cuda.device_count() > 0
+    if gpus is None:
+        gpus = torch.cuda.device_count() if visible else 1
+        notes.append(f"{gpus} GPUs: the visible ones" if visible else
+                     "1 GPU assumed: no GPU visible")
+    if gpu_mem is None and visible:
+        props = torch.cuda.get_device_properties(0)
+        gpu_mem = props.total_memory / GiB
+        notes.append(f"{gpu_mem:.1f} GiB per GPU: the visible {props.name}")
+    elif gpu_mem is None:
+        gpu_mem = 80.0
+        notes.append("80 GiB assumed: no GPU visible")
+    return gpus, float(gpu_mem), notes
+
+
+def make_plan(cfg: Config, gpus: int | None = None, gpu_mem_gib: float | None = None,
+              label: str = "config") -> Plan:
+    """Plan `cfg` on `gpus` GPUs of `gpu_mem_gib` GiB (default: the visible ones, else 1 x 80).
+
+    Never loads weights: the model is counted on the meta device.
+    """
+    if not cfg.model.path:
+        raise ConfigError("model.path is empty: give a local model dir or hub id")
+    gpus, gpu_mem, notes = _gpu_defaults(gpus, gpu_mem_gib)
+    if gpus < 1 or gpu_mem <= 0:
+        raise ConfigError(f"--gpus must be >= 1 and --gpu-mem > 0 (got {gpus}, {gpu_mem:g})")
+    try:
+        hf_config, source = load_hf_config(cfg.model.path)
+    except ConfigError as err:  # a chain's later stage (runs/x/final) is built from sft.init
+        init = cfg.sft.init
+        if not init or init == cfg.model.path or Path(cfg.model.path).exists():
+            raise
+        try:
+            hf_config, source = load_hf_config(init)
+        except ConfigError:
+            raise err from None
+        source = f"model.path {cfg.model.path} is not built yet: {source} (sft.init, its start)"
+    dims = inspect_model(meta_model(hf_config), cfg)
+    media = (f"{AUDIO_TOKENS} audio (a 30 s clip)" if cfg.model.modality == "audio"
+             else f"{image_tokens(cfg)} image (one at model.max_pixels)")
+    compute = "bfloat16 (model.dtype auto: bf16 on CUDA)" if cfg.model.dtype == "auto" \
+        else cfg.model.dtype
+    held = "the frozen LoRA base in the compute dtype" if cfg.model.lora.r > 0 else \
+        "frozen towers in it too (Policy.load loads the whole model so)"
+    notes = [source, *notes,
+             f"compute {compute}; trainable weights, gradients and AdamW in "
+             f"{cfg.model.param_dtype}; {held}",
+             f"prompt {prompt_tokens(cfg)} tokens = {media} + {TEXT_TOKENS} text, then "
+             f"rollout.max_new_tokens = {cfg.rollout.max_new_tokens}"]
+    if uses_reference(cfg):
+        notes.append("a reference model is held (algo.beta > 0 or a frozen pwsd teacher)")
+    return Plan(cfg, dims, gpus, gpu_mem, build_rows(dims, cfg, gpus, gpu_mem), notes, label)
+
+
+def cmd_plan(args) -> int:
+    """`mmrlvr plan CONFIG [overrides] [--gpus N] [--gpu-mem GIB] [--json]`: 0 fits, 1 not."""
+    from mmrlvr.config import load_config
+
+    plan = make_plan(load_config(args.config, args.overrides), args.gpus, args.gpu_mem,
+                     label=str(args.config))
+    print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.table())
+    try:
+        plan.check(plan.strategy())
+    except ConfigError as err:
+        if not args.json:
+            print(f"\n{err}")
+        return 1
+    return 0

@@ -1,0 +1,236 @@
+"""The training model's weights, unit by unit, in the names and dtype vLLM's `load_weights` takes.
+
+What vLLM is fed: checkpoint names. Each vLLM model's `load_weights` reads the names of the
+checkpoint on disk (through the architecture's `hf_to_vllm_mapper`, where it has one), and that
+is the one naming every vLLM release must accept. transformers 5 names modules differently from
+its checkpoints and reverts the renaming on save; `checkpoint_name` does the same revert, per
+architecture (vLLM 0.33's mappers, read for this, in brackets):
+
+  Qwen2-VL, Qwen2.5-VL   model.language_model.X -> model.X      [model. -> language_model.model.]
+                         model.visual.X         -> visual.X     [visual. stays]
+                         lm_head.X              -> lm_head.X    [-> language_model.lm_head.]
+  Qwen2-Audio            model.language_model.X -> language_model.model.X  [no mapper: module
+                         model.audio_tower.X    -> audio_tower.X            tree names, which
+                         model.multi_modal_projector.X -> multi_modal_projector.X   the checkpoint
+                         lm_head.X              -> language_model.lm_head.X         uses as well]
+
+Names already in checkpoint form (older transformers) pass unchanged. peft's `base_model.model.`
+prefix and `.base_layer` infix, `modules_to_save`, activation-checkpoint and torch.compile
+wrappers are stripped first; LoRA factors are merged into their base weight
+(W + scaling·B@A, in float32, as peft's merge does) and never sent themselves.
+
+Unit by unit: `sync_units` walks `model.named_parameters()` (the same fixed order on every rank)
+and yields one unit at a time — a decoder layer, a vision block, an audio layer, or one other
+module (embeddings, norm, head, patch embedding, projector) — materialised, merged and cast to
+the engine's dtype. A sharded parameter (an FSDP2 DTensor) is materialised with
+`full_tensor()`, a collective: every rank must run the same sync in the same order. A unit's
+full tensors are dropped before the next unit is gathered, so at most one unit is whole on a
+rank at once; the full model is never gathered.
+
+Nothing here imports vllm.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How one model family's transformers-5 parameter names become its checkpoint names."""
+
+    renames: tuple[tuple[str, str], ...]
+    """(transformers-5 prefix, checkpoint prefix), first match wins."""
+    roots: tuple[str, ...]
+    """Every checkpoint name starts with one of these."""
+    media: str
+    """The `multi_modal_data` key of its prompts (vLLM's `limit_mm_per_prompt` modality)."""
+
+
+_QWEN_VL = Architecture(
+    renames=(("model.language_model.", "model."), ("model.visual.", "visual.")),
+    roots=("model.", "visual.", "lm_head."), media="image")
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "qwen2_vl": _QWEN_VL,
+    "qwen2_5_vl": _QWEN_VL,
+    "qwen2_audio": Architecture(
+        renames=(("model.language_model.", "language_model.model."),
+                 ("model.audio_tower.", "audio_tower."),
+                 ("model.multi_modal_projector.", "multi_modal_projector."),
+                 ("lm_head.", "language_model.lm_head.")),
+        roots=("language_model.", "audio_tower.", "multi_modal_projector."), media="audio"),
+}
+"""The families the vLLM backend syncs, by `config.model_type`."""
+
+
+def architecture(model_type: str) -> Architecture:
+    if model_type not in ARCHITECTURES:
+        raise ValueError(f"rollout.backend 'vllm': no weight-name mapping for model type "
+                         f"{model_type!r} (have {sorted(ARCHITECTURES)}); use rollout.backend: hf "
+                         "or add the family to mmrlvr.rollout.vllm_sync.ARCHITECTURES")
+    return ARCHITECTURES[model_type]
+
+
+_WRAPPERS = re.compile(
+    r"(?:^|(?<=\.))(?:_checkpoint_wrapped_module|_orig_mod|_fsdp_wrapped_module)\.")
+_SAVED_COPY = re.compile(r"\.modules_to_save\.[^.]+\.")
+_LORA_FACTOR = re.compile(r"^(?P<module>.+)\.lora_(?P<factor>[AB])\.(?P<adapter>[^.]+)\.weight$")
+
+
+def plain_name(name: str) -> str | None:
+    """The model's own name for a parameter of a (peft-, checkpoint- or compile-) wrapped model,
+    or None for what is not a weight of the model (LoRA factors, peft's frozen original copy)."""
+    if "lora_" in name or ".original_module." in name:
+        return None
+    name = _WRAPPERS.sub("", name).removeprefix("base_model.model.")
+    return _SAVED_COPY.sub(".", name).replace(".base_layer.", ".")
+
+
+def checkpoint_name(name: str, model_type: str) -> str:
+    """The checkpoint name vLLM's `load_weights` takes for the transformers module name `name`."""
+    arch = architecture(model_type)
+    for old, new in arch.renames:
+        if name.startswith(old):
+            name = new + name[len(old):]
+            break
+    if not name.startswith(arch.roots):
+        raise ValueError(f"rollout.backend 'vllm': parameter {name!r} of a {model_type} model has "
+                         f"no checkpoint name (expected one under {arch.roots}); the transformers "
+                         "module layout changed: update mmrlvr.rollout.vllm_sync.ARCHITECTURES")
+    return name
+
+
+_LAYER = re.compile(r"^(.*?\.(?:layers|blocks)\.\d+)\.")
+
+
+def unit_key(name: str) -> str:
+    """The sync unit a parameter belongs to: its decoder layer / block, else its own module
+    (with a LoRA module's base weight and factors in one unit)."""
+    layer = _LAYER.match(name)
+    if layer:
+        return layer.group(1)
+    factor = _LORA_FACTOR.match(name)
+    if factor:
+        return factor.group("module")
+    return name.rsplit(".", 1)[0].replace(".base_layer", "")
+
+
+def materialize(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: `full_tensor()` of a sharded DTensor (a collective), else itself."""
+    full = getattr(t, "full_tensor", None)   # torch's DTensor; duck-typed so tests can count calls
+    return (full() if full is not None else t).detach()
+
+
+def merge_lora(base: torch.Tensor, factors: list[tuple[torch.Tensor, torch.Tensor, float]],
+               fan_in_fan_out: bool = False) -> torch.Tensor:
+    """W + Σ scaling·B@A in float32 (peft's `get_delta_weight`). base [out, in]; A [r, in];
+    B [out, r]; returns float32 [out, in]."""
+    merged = base.float()
+    for lora_a, lora_b, scaling in factors:
+        delta = lora_b.float() @ lora_a.float()                                 # [out, in]
+        merged = merged + scaling * (delta.T if fan_in_fan_out else delta)
+    return merged
+
+
+def _lora_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """peft LoRA layers by module name, each checked to be a kind the sync can merge."""
+    from peft.tuners.lora import LoraLayer
+
+    layers = {}
+    for name, module in model.named_modules():
+        if not isinstance(module, LoraLayer):
+            continue
+        for adapter in module.active_adapters:
+            if module.use_dora.get(adapter) or module.lora_bias.get(adapter) \
+                    or adapter in getattr(module, "lora_embedding_A", {}):
+                raise NotImplementedError(
+                    f"rollout.backend 'vllm': LoRA module {name} (adapter {adapter!r}) uses DoRA, "
+                    "a LoRA bias or an embedding adapter, which the weight sync does not merge; "
+                    "use plain LoRA on linear layers or rollout.backend: hf")
+        layers[name] = module
+    return layers
+
+
+def sync_units(model: torch.nn.Module, model_type: str, dtype: torch.dtype,
+               only_trainable: bool = False) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """[(checkpoint name, whole tensor in `dtype`)] for each unit of `model`, one unit at a time.
+
+    `only_trainable` leaves out frozen weights (not LoRA-adapted bases): right once the engine
+    holds them, since they never change. Every rank must iterate the same units to the end.
+    """
+    lora = _lora_layers(model)
+    pending: list[tuple[str, torch.nn.Parameter]] = []
+    key = None
+    for name, param in model.named_parameters():
+        k = unit_key(name)
+        if pending and k != key:
+            unit = _materialize_unit(pending, lora, model_type, dtype, only_trainable)
+            pending = []
+            if unit:
+                yield unit
+            del unit                       # drop this unit before the next one is gathered
+        pending.append((name, param))
+        key = k
+    if pending:
+        unit = _materialize_unit(pending, lora, model_type, dtype, only_trainable)
+        if unit:
+            yield unit
+
+
+def _materialize_unit(params: list[tuple[str, torch.nn.Parameter]],
+                      lora: dict[str, torch.nn.Module], model_type: str, dtype: torch.dtype,
+                      only_trainable: bool) -> list[tuple[str, torch.Tensor]]:
+    factors: dict[tuple[str, str], dict[str, torch.Tensor]] = {}   # (module, adapter) -> A, B
+    bases: list[tuple[str, str, torch.Tensor]] = []                # (module, name, full weight)
+    out = []
+    for name, param in params:
+        factor = _LORA_FACTOR.match(name)
+        if factor and factor.group("module") in lora:
+            module = lora[factor.group("module")]
+            if factor.group("adapter") in module.active_adapters \
+                    and factor.group("adapter") not in module.merged_adapters:
+                factors.setdefault((factor.group("module"), factor.group("adapter")), {})[
+                    factor.group("factor")] = materialize(param)
+            continue
+        plain = plain_name(name)
+        if plain is None:
+            if "lora_" in name:
+                raise NotImplementedError(f"rollout.backend 'vllm': cannot sync the LoRA parameter "
+                                          f"{name}; only lora_A/lora_B of linear layers merge")
+            continue
+        module = name.rsplit(".", 1)[0].removesuffix(".base_layer")
+        adapted = name.endswith(".base_layer.weight") and module in lora
+        if only_trainable and not (param.requires_grad or adapted):
+            continue
+        if adapted:                        # merged below, in float32, once A and B are here
+            bases.append((module, name, materialize(param)))
+        else:
+            out.append((checkpoint_name(plain, model_type), materialize(param).to(dtype)))
+    for module, name, weight in bases:
+        layer = lora[module]
+        pairs = [(f["A"], f["B"], float(layer.scaling[adapter]))
+                 for (m, adapter), f in factors.items() if m == module]
+        merged = merge_lora(weight, pairs, bool(getattr(layer, "fan_in_fan_out", False)))
+        out.append((checkpoint_name(plain_name(name), model_type), merged.to(dtype)))
+    return out
+
+
+def load_units(units: Iterator[list[tuple[str, torch.Tensor]]],
+               load: Callable[[list[tuple[str, torch.Tensor]]], object]) -> tuple[int, int]:
+    """Feed each unit to `load`, dropping it before the next is gathered; (tensors, bytes) sent."""
+    count = size = 0
+    for unit in units:
+        load(unit)
+        count += len(unit)
+        size += sum(t.numel() * t.element_size() for _, t in unit)
+        del unit
+    return count, size
+
+
+def engine_seed(base_seed: int, rank: int) -> int:
+    """The sampling seed of rank `rank`'s colocated engine: every rank samples its own stream."""
+    return base_seed + rank

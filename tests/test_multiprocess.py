@@ -1,0 +1,284 @@
+"""Real multi-process runs on CPU (gloo): torchrun and accelerate launch, DDP and FSDP2.
+
+Each test starts 2 processes of the real CLI (or of tests/mp_worker.py) on a tiny Qwen2.5-VL
+and checks what the run itself recorded: its world size, which prompts each rank drew, that
+the ranks' weights agree, that 2 processes make the update 1 process makes on the same batch,
+and that a killed 2-process run resumes to the same metrics.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from mmrlvr.checkpoint import MARKER, latest_checkpoint
+from mmrlvr.logger import read_metrics
+
+HERE = Path(__file__).parent
+VOLATILE = ("time/", "perf/")
+
+# Writes one line per scored completion: which rank scored which example at which call.
+TRACE_REWARD = '''
+import json, os, time
+def traced(example, completion):
+    path = os.environ["MMRLVR_TRACE"] + f".rank{os.environ.get('RANK', '0')}"
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"id": example.id, "pid": os.getpid()}) + "\\n")
+    time.sleep(float(os.environ.get("MMRLVR_TRACE_SLEEP", "0")))
+    return min(len(completion), 40) / 40.0
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(**extra) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false", **extra}
+
+
+def torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]
+
+
+def cli(*args: str) -> list[str]:
+    return ["-m", "mmrlvr.cli", *args]
+
+
+def write_config(tmp_path: Path, tiny_vl: Path, shapes_dir: Path, name: str, **sections) -> Path:
+    (tmp_path / "traced.py").write_text(TRACE_REWARD)
+    cfg = {
+        "model": {"path": str(tiny_vl)},
+        "data": {"train": str(shapes_dir / "train.jsonl"), "eval": str(shapes_dir / "test.jsonl"),
+                 "eval_limit": 6},
+        "rollout": {"group_size": 4, "max_new_tokens": 10, "temperature": 1.0},
+        "optim": {"lr": 1e-3},
+        "train": {"steps": 2, "batch_prompts": 4, "micro_batch": 4, "save_every": 0,
+                  "out_dir": str(tmp_path / name), "seed": 5},
+        "rewards": [{"name": "accuracy", "weight": 0.9}, {"name": "format", "weight": 0.1},
+                    {"name": str(tmp_path / "traced.py") + ":traced", "weight": 0.5}],
+    }
+    for key, value in sections.items():
+        cfg.setdefault(key, {}).update(value) if isinstance(value, dict) else cfg.update({key: value})
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def run_ok(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
+def traced_ids(trace: Path) -> dict[int, list[str]]:
+    """Example ids each rank scored, in order (G lines per prompt)."""
+    out = {}
+    for rank in (0, 1):
+        lines = Path(f"{trace}.rank{rank}").read_text().splitlines()
+        out[rank] = [json.loads(ln)["id"] for ln in lines]
+    return out
+
+
+def stable(rows):
+    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+
+
+def test_torchrun_ddp_run_is_two_ranks_with_disjoint_prompts_and_equal_weights(
+        tmp_path, tiny_vl, shapes_dir):
+    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "ddp", train={"save_every": 1})
+    trace = tmp_path / "trace"
+    run_ok(torchrun(*cli("train", str(cfg))), env=env(MMRLVR_TRACE=str(trace)))
+    run = tmp_path / "ddp"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["strategy"] == "ddp"
+    assert summary["ranks_in_sync"] is True          # every rank's weights fingerprinted equal
+    rows = read_metrics(run / "metrics.jsonl")
+    assert rows[0]["run/world_size"] == 2 and [r["step"] for r in rows] == [0, 1, 2]
+    ids = traced_ids(trace)
+    G, B = 4, 4
+    for step in range(2):
+        # each rank scored G completions of each of its B/2 prompts per step
+        mine = [set(ids[r][step * B // 2 * G:(step + 1) * B // 2 * G]) for r in (0, 1)]
+        assert len(mine[0]) == len(mine[1]) == B // 2
+        assert not mine[0] & mine[1]                 # disjoint prompts
+    for step in (1, 2):
+        assert (run / "checkpoints" / f"step-{step}" / MARKER).is_file()
+    from transformers import AutoModelForImageTextToText
+    AutoModelForImageTextToText.from_pretrained(run / "final")
+
+
+def test_accelerate_launch_starts_two_processes(tmp_path, tiny_vl, shapes_dir):
+    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "acc")
+    run_ok([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
+            "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+            "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+            *cli("train", str(cfg))], env=env(MMRLVR_TRACE=str(tmp_path / "trace")))
+    summary = json.loads((tmp_path / "acc" / "summary.json").read_text())
+    assert summary["world_size"] == 2, summary
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_two_processes_make_the_update_one_process_makes(tmp_path, tiny_vl, shapes_dir, strategy):
+    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "upd", train={"strategy": strategy},
+                       optim={"max_grad_norm": 0.0})
+    e = env(MMRLVR_TRACE=str(tmp_path / "trace"), PYTHONPATH=str(HERE.parent))
+    run_ok([sys.executable, str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "one.pt")], env=e)
+    run_ok(torchrun(str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "two.pt")), env=e)
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert (one["world"], two["world"], two["strategy"]) == (1, 2, strategy)
+    assert torch.equal(one["rewards"], two["rewards"])      # the same rollouts were scored
+    assert two["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-7)
+    assert one["grads"].keys() == two["grads"].keys() and len(one["grads"]) > 20
+    for name, g in one["grads"].items():
+        # summed over ranks with the global token count: the whole batch's gradient
+        torch.testing.assert_close(two["grads"][name], g, rtol=1e-4, atol=1e-6, msg=name)
+    for name, w in one["after"].items():
+        # Adam's first step is about lr·sign(g): compare where the gradient is not ~0
+        clear = one["grads"][name].abs() > 1e-5
+        torch.testing.assert_close(two["after"][name][clear], w[clear], rtol=1e-5, atol=1e-6,
+                                   msg=name)
+
+
+def test_fsdp2_in_bf16_moves_every_fp32_master_weight_at_lr_1e_6(tmp_path, tiny_vl, shapes_dir):
+    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "bf16", train={"strategy": "fsdp2"},
+                       model={"dtype": "bfloat16"}, optim={"lr": 1e-6})
+    e = env(MMRLVR_TRACE=str(tmp_path / "trace"), PYTHONPATH=str(HERE.parent))
+    run_ok(torchrun(str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "two.pt")), env=e)
+    two = torch.load(tmp_path / "two.pt")
+    assert two["strategy"] == "fsdp2"
+    assert all(w.dtype == torch.float32 for w in two["after"].values())
+    assert two["changed"] >= 0.99, two["changed"]
+
+
+def test_fsdp2_run_saves_sharded_checkpoints_and_resumes_identically(tmp_path, tiny_vl, shapes_dir):
+    common = dict(train={"strategy": "fsdp2", "steps": 3, "save_every": 2},
+                  optim={"lr": 1e-3, "schedule": "constant"})
+    e = env(MMRLVR_TRACE=str(tmp_path / "trace"))
+    ref = write_config(tmp_path, tiny_vl, shapes_dir, "whole", **common)
+    run_ok(torchrun(*cli("train", str(ref))), env=e)
+    cut = write_config(tmp_path, tiny_vl, shapes_dir, "cut", **common)
+    run_ok(torchrun(*cli("train", str(cut), "train.steps=2")), env=e)
+    ckpt = tmp_path / "cut" / "checkpoints" / "step-2"
+    assert (ckpt / MARKER).is_file() and (ckpt / "sharded" / ".metadata").is_file()
+    assert len(list((ckpt / "sharded").glob("*.distcp"))) == 2       # one shard per rank
+    from transformers import AutoModelForImageTextToText
+    AutoModelForImageTextToText.from_pretrained(ckpt)                # gathered, HF-loadable
+    run_ok(torchrun(*cli("train", "--resume", str(tmp_path / "cut"), "train.steps=3")), env=e)
+    whole = stable(read_metrics(tmp_path / "whole" / "metrics.jsonl"))
+    resumed = stable(read_metrics(tmp_path / "cut" / "metrics.jsonl"))
+    assert [r["step"] for r in resumed] == [0, 1, 2, 3]
+    assert resumed[3] == whole[3]
+    summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert (summary["world_size"], summary["strategy"]) == (2, "fsdp2")
+
+
+def test_kill_9_of_one_rank_then_resume_continues_identically(tmp_path, tiny_vl, shapes_dir):
+    common = dict(train={"steps": 5, "save_every": 2})
+    trace = tmp_path / "trace"
+    e = env(MMRLVR_TRACE=str(trace), MMRLVR_TRACE_SLEEP="0.1")
+    ref = write_config(tmp_path, tiny_vl, shapes_dir, "uninterrupted", **common)
+    run_ok(torchrun(*cli("train", str(ref))), env=e)
+    reference = stable(read_metrics(tmp_path / "uninterrupted" / "metrics.jsonl"))
+
+    for rank in (0, 1):
+        Path(f"{trace}.rank{rank}").unlink()
+    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "killed", **common)
+    run = tmp_path / "killed"
+    proc = subprocess.Popen(torchrun(*cli("train", str(cfg))), env=e,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        steps = [r["step"] for r in read_metrics(run / "metrics.jsonl")]
+        if steps and max(steps) >= 3:
+            break
+        time.sleep(0.05)
+    pid = json.loads(Path(f"{trace}.rank1").read_text().splitlines()[-1])["pid"]
+    os.kill(pid, signal.SIGKILL)                          # one rank dies; torchrun stops the rest
+    proc.wait(timeout=120)
+    assert proc.returncode != 0, "the run finished before it could be killed"
+    assert latest_checkpoint(run).name in ("step-2", "step-4")
+    run_ok(torchrun(*cli("train", "--resume", str(run))), env=e)
+    resumed = stable(read_metrics(run / "metrics.jsonl"))
+    assert [r["step"] for r in resumed] == list(range(6))
+    assert resumed == reference
+
+
+def test_sft_on_two_processes_matches_one_process(tmp_path, tiny_vl, shapes_dir):
+    results = {}
+    for name, launch in (("one", lambda c: [sys.executable, *c]), ("two", lambda c: torchrun(*c))):
+        cfg = write_config(tmp_path, tiny_vl, shapes_dir, name,
+                           sft={"init": str(tiny_vl), "steps": 2, "batch_size": 8, "lr": 1e-3,
+                                "warmup_steps": 0, "out_dir": str(tmp_path / f"sft-{name}")},
+                           data={"eval": ""}, train={"micro_batch": 2})
+        run_ok(launch(cli("sft", str(cfg))), env=env())
+        results[name] = read_metrics(tmp_path / f"sft-{name}" / "metrics.jsonl")
+    summary = json.loads((tmp_path / "sft-two" / "summary.json").read_text())
+    assert summary["world_size"] == 2
+    for a, b in zip(results["one"], results["two"], strict=True):
+        # the loss and the gradient norm are the whole batch's on both
+        assert b["sft/loss"] == pytest.approx(a["sft/loss"], rel=1e-5)
+        assert b["optim/grad_norm"] == pytest.approx(a["optim/grad_norm"], rel=1e-4)
+    from safetensors.torch import load_file
+    one = load_file(tmp_path / "sft-one" / "final" / "model.safetensors")
+    two = load_file(tmp_path / "sft-two" / "final" / "model.safetensors")
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_batch_that_does_not_divide_over_the_processes_is_refused(tmp_path, tiny_vl, shapes_dir):
+    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "odd", train={"batch_prompts": 3})
+    out = subprocess.run(torchrun(*cli("train", str(cfg))), capture_output=True, text=True,
+                         env=env(), timeout=300)
+    assert out.returncode != 0
+    assert "train.batch_prompts (3) must divide evenly over the 2 processes" in out.stderr
+    assert not (tmp_path / "odd").exists()          # refused before anything was written
+
+
+def test_deepspeed_through_accelerate_is_refused_before_loading(tmp_path, tiny_vl, shapes_dir):
+    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "ds")
+    out = subprocess.run([sys.executable, *cli("train", str(cfg))], capture_output=True,
+                         text=True, env=env(ACCELERATE_USE_DEEPSPEED="true"), timeout=120)
+    assert out.returncode == 2
+    assert "DeepSpeed is not supported" in out.stderr and "fsdp2" in out.stderr
+
+
+@pytest.mark.parametrize("strategy, teacher", [("ddp", "live"), ("fsdp2", "frozen")])
+def test_sft_then_pwsd_on_two_processes(tmp_path, tiny_vl, strategy, teacher):
+    from modalities.banners import make_banners
+
+    data = tmp_path / "banners"
+    make_banners(data, n_train=8, n_test=0, width=112, height=56, seed=1)
+    cfg = {"model": {"path": str(tiny_vl), "modality": "image_translation"},
+           "data": {"train": str(data / "train.jsonl")},
+           "rollout": {"group_size": 2, "max_new_tokens": 8},
+           "rewards": [{"name": "translation", "weight": 1.0}],
+           "train": {"strategy": strategy, "micro_batch": 4},
+           "sft": {"init": str(tiny_vl), "steps": 1, "batch_size": 4, "privileged_fraction": 0.5,
+                   "out_dir": str(tmp_path / "sft"),
+                   "pwsd": {"steps": 2, "batch_prompts": 2, "group_size": 2, "max_rows": 4,
+                            "teacher": teacher, "out_dir": str(tmp_path / "pwsd")}}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run_ok(torchrun(*cli("sft", str(path))), env=env())
+    for stage in ("sft", "pwsd"):
+        summary = json.loads((tmp_path / stage / "summary.json").read_text())
+        assert (summary["world_size"], summary["strategy"]) == (2, strategy), stage
+    rows = read_metrics(tmp_path / "pwsd" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["objective/pwsd/rows"] > 0 and r["objective/pwsd"] >= 0 for r in rows)
+    from transformers import AutoModelForImageTextToText
+    AutoModelForImageTextToText.from_pretrained(tmp_path / "pwsd" / "final")

@@ -8,6 +8,7 @@ without the `COMPLETE` marker — a save cut short — is never picked up and is
 """
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
@@ -40,6 +41,30 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be written (no disk space); nothing half-written is kept."""
+
+
+def needed_bytes(model: torch.nn.Module, optimizer_states: int) -> int:
+    """About what a checkpoint of `model` takes: its weights, plus `optimizer_states` fp32
+    copies of the trainable ones (AdamW: 2)."""
+    total = 0
+    for p in model.parameters():
+        total += p.numel() * p.element_size()          # DTensor: the global size
+        if p.requires_grad:
+            total += optimizer_states * p.numel() * 4
+    return total
+
+
+def check_space(root: Path, need: int) -> None:
+    free = shutil.disk_usage(root).free
+    if free < need * 1.05 + (64 << 20):
+        raise CheckpointError(f"no space left in {root}: a checkpoint needs about "
+                              f"{need / 2**20:,.0f} MB and {free / 2**20:,.0f} MB are free; free "
+                              "some space, lower train.keep_checkpoints, or use another "
+                              "train.out_dir. Nothing was written")
+
+
 def save_checkpoint(run_dir: Path, step: int, policy, trainer_state: dict[str, Any],
                     keep: int = 2, dist: Dist | None = None,
                     sharded: dict[str, Any] | None = None) -> Path:
@@ -47,27 +72,46 @@ def save_checkpoint(run_dir: Path, step: int, policy, trainer_state: dict[str, A
 
     Every rank calls it. `sharded` (FSDP2: the model's and optimizer's sharded state dicts,
     `sharded_state`) is written by every rank into `sharded/`; rank 0 writes the rest and the
-    marker.
+    marker. A disk too full for it is found before anything is written; a write that still
+    fails for space removes the partial dir and says so.
     """
     dist = dist or Dist()
     root = Path(run_dir) / "checkpoints"
     final = root / f"step-{step}"
     tmp = root / f".tmp-step-{step}"
+    error = None
     if dist.main:
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-    dist.barrier()
-    policy.save(tmp, main=dist.main)
-    if sharded is not None:
-        import torch.distributed.checkpoint as dcp
+        try:
+            check_space(root, needed_bytes(policy.model, 2))
+            tmp.mkdir()
+        except CheckpointError as err:
+            error = str(err)
+    error = dist.gather(error)[0]
+    if error:
+        raise CheckpointError(error)
+    try:
+        policy.save(tmp, main=dist.main)
+        if sharded is not None:
+            import torch.distributed.checkpoint as dcp
 
-        dcp.save(sharded, checkpoint_id=tmp / "sharded")
-    dist.barrier()
+            dcp.save(sharded, checkpoint_id=tmp / "sharded")
+        dist.barrier()
+        if dist.main:
+            torch.save(trainer_state, tmp / "trainer_state.pt")
+            (tmp / MARKER).write_text(f"step {step}\n")
+            _fsync_dir(tmp)
+    except (OSError, RuntimeError) as err:     # torch.save reports a full disk as RuntimeError
+        full = getattr(err, "errno", None) == errno.ENOSPC or shutil.disk_usage(root).free < 64 << 20
+        if not full:
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"no space left in {root} while writing step-{step} "
+                              f"({shutil.disk_usage(root).free / 2**20:,.0f} MB free now); the "
+                              "partial checkpoint was removed and the earlier ones are intact") \
+            from None
     if dist.main:
-        torch.save(trainer_state, tmp / "trainer_state.pt")
-        (tmp / MARKER).write_text(f"step {step}\n")
-        _fsync_dir(tmp)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         _fsync_dir(root)

@@ -38,7 +38,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             print("mmrlvr train: give a CONFIG.yaml (or --resume RUN_DIR)", file=sys.stderr)
             return 2
         cfg = load_config(args.config, args.overrides)
-    summary = train(cfg, resume=bool(args.resume))
+    summary = train(cfg, resume=bool(args.resume), overwrite=args.overwrite, force=args.force)
     if summary:
         print(json.dumps(summary, indent=2))
     return 0
@@ -58,9 +58,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
             print(f"--pwsd-only starts from the SFT model {init}, which does not exist; run "
                   "`mmrlvr sft` first or set sft.out_dir", file=sys.stderr)
             return 2
-        summary = run_pwsd(cfg, init)
+        summary = run_pwsd(cfg, init, overwrite=args.overwrite)
     else:
-        summary = sft(cfg)
+        summary = sft(cfg, overwrite=args.overwrite)
     if summary:                      # rank 0 of a multi-process run
         print(json.dumps(summary, indent=2))
     return 0
@@ -222,6 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=1e-5")
     t.add_argument("--resume", metavar="RUN_DIR",
                    help="continue RUN_DIR from its last complete checkpoint")
+    t.add_argument("--overwrite", action="store_true",
+                   help="start over in a train.out_dir that holds an earlier run (removes its "
+                        "metrics, checkpoints and report)")
+    t.add_argument("--force", action="store_true",
+                   help="with --resume: continue even though model.path or data differ from the "
+                        "run's")
     t.add_argument("--help-config", action="store_true", help="list every config key and exit")
     t.set_defaults(fn=cmd_train)
 
@@ -230,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sft.steps=100")
     s.add_argument("--pwsd-only", action="store_true",
                    help="skip SFT: run only the PWSD stage (sft.pwsd) from sft.out_dir/final")
+    s.add_argument("--overwrite", action="store_true",
+                   help="start over in out dirs that hold an earlier run")
     s.set_defaults(fn=cmd_sft)
 
     e = sub.add_parser("eval", help="accuracy, pass@k, format rate of a model on a dataset")
@@ -380,14 +388,19 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-shard load/save bars drown the run's own progress
+    from mmrlvr.checkpoint import CheckpointError
     from mmrlvr.config import ConfigError
     from mmrlvr.data import DataError
     from mmrlvr.parallel import LaunchError
     from mmrlvr.policy import PolicyError
+    from mmrlvr.rundir import RunDirError
+    from mmrlvr.errors import TrainingError
+    from rewards.base import RewardError
 
     try:
         return args.fn(args)
-    except (ConfigError, DataError, PolicyError, LaunchError, FileNotFoundError) as err:
+    except (ConfigError, DataError, PolicyError, LaunchError, FileNotFoundError, RunDirError,
+            TrainingError, CheckpointError, RewardError) as err:
         print(f"mmrlvr {args.command}: error: {err}", file=sys.stderr)
         return 2
     finally:

@@ -217,6 +217,17 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
                                                                 cpu_offload=True))
 
 
+def all_finite(d: Dist, params: list[torch.Tensor]) -> bool:
+    """Are all of `params` finite on every rank? (Local shards under FSDP2; a collective.)"""
+    with torch.no_grad():
+        local = [p.to_local() if hasattr(p, "to_local") else p for p in params]
+        tensors = [t.detach() for t in local if t.numel()]
+        # the largest |value| of each tensor (a norm could overflow on finite values)
+        finite = bool(torch.stack(torch._foreach_norm(tensors, float("inf"))).isfinite().all()) \
+            if tensors else True
+    return d.all_sum(0.0 if finite else 1.0) == 0.0
+
+
 def weights_fingerprint(model: torch.nn.Module) -> int:
     """An exact integer fingerprint of this rank's parameters (their bits summed as integers):
     any changed bit changes it, so DDP ranks in sync have equal fingerprints."""

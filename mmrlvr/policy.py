@@ -56,7 +56,13 @@ def bf16_update_warning(params: list[torch.nn.Parameter], lr: float) -> str:
 def load_processor(path: str) -> Any:
     from transformers import AutoProcessor
 
+    from mmrlvr.config import ConfigError, check_model_path, missing_model_message
+
     local = Path(path)
+    try:
+        check_model_path(path)
+    except ConfigError as err:
+        raise PolicyError(str(err)) from None
     if local.exists() and not any((local / f).exists() for f in (
             "processor_config.json", "preprocessor_config.json", "tokenizer_config.json")):
         raise PolicyError(f"model dir {local} has no processor (no processor_config.json, "
@@ -65,6 +71,9 @@ def load_processor(path: str) -> Any:
     try:
         processor = AutoProcessor.from_pretrained(path)
     except (OSError, ValueError) as err:
+        if not local.exists():           # a hub id, not cached, whose download failed
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise PolicyError(missing_model_message(path, f"download failed: {first}")) from None
         raise PolicyError(f"cannot load a processor from {path}: {err}") from None
     tokenizer = getattr(processor, "tokenizer", processor)
     tokenizer.padding_side = "left"
@@ -75,9 +84,18 @@ def load_model(path: str, dtype: torch.dtype, attn_implementation: str = "sdpa")
     """Load through `AutoModelForImageTextToText`, else the class the config's architectures name."""
     import transformers
 
+    from mmrlvr.config import ConfigError, check_model_path, missing_model_message
+
+    try:
+        check_model_path(path)
+    except ConfigError as err:
+        raise PolicyError(str(err)) from None
     try:
         config = transformers.AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as err:
+        if not Path(path).exists():      # a hub id, not cached, whose download failed
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise PolicyError(missing_model_message(path, f"download failed: {first}")) from None
         raise PolicyError(f"cannot load a model config from {path}: {err}") from None
     kwargs = {"dtype": dtype, "attn_implementation": attn_implementation}
     try:

@@ -26,14 +26,14 @@ from typing import Any
 
 import torch
 
-from mmrlvr.config import Config, save_config
+from mmrlvr.config import Config, check_model_path, save_config
 from mmrlvr.data import DataError, Example, LoadReport, load_split
 from mmrlvr.evaluate import aggregate, score_examples
 from mmrlvr.logger import RunLogger
 from mmrlvr.rollout import make_engine
 from mmrlvr.sampler import PromptSampler
-from mmrlvr.trainer import (clip_grad_norm, load_policy, seed_everything, start_processes,
-                            sync_grads, train, warmup_cosine)
+from mmrlvr.trainer import (claim_run_dir, clip_grad_norm, load_policy, seed_everything,
+                            start_processes, sync_grads, train, warmup_cosine)
 from modalities.base import select
 from rewards.base import build_combined
 
@@ -87,27 +87,40 @@ def pwsd_config(cfg: Config, init: str | Path) -> Config:
     return out
 
 
-def run_pwsd(cfg: Config, init: str | Path, progress: bool = True) -> dict[str, Any]:
+def run_pwsd(cfg: Config, init: str | Path, progress: bool = True,
+             overwrite: bool = False) -> dict[str, Any]:
     """The PWSD stage from the SFT model `init`; returns the trainer's summary."""
     if cfg.model.modality != "image_translation":
         raise ValueError(f"sft.pwsd needs model.modality image_translation (the privileged "
                          f"teacher prompt), got {cfg.model.modality!r}")
-    return train(pwsd_config(cfg, init), progress=progress)
+    return train(pwsd_config(cfg, init), progress=progress, overwrite=overwrite)
 
 
-def sft(cfg: Config, progress: bool = True) -> dict[str, Any]:
+def sft(cfg: Config, progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
     """Train `cfg.model.path` on the reference completions of `cfg.data.train` (then PWSD, if
-    `sft.pwsd.steps` > 0)."""
+    `sft.pwsd.steps` > 0). `overwrite` lets it replace an earlier run in its out dirs."""
     if cfg.sft.privileged_fraction and cfg.model.modality != "image_translation":
         raise ValueError(f"sft.privileged_fraction needs model.modality image_translation, "
                          f"got {cfg.model.modality!r}")
-    from tqdm.auto import tqdm
-
+    check_model_path(cfg.sft.init or cfg.model.path)      # before the out dir is touched
     d = start_processes(cfg, cfg.sft.batch_size, "sft.batch_size")
     seed_everything(cfg.train.seed)
     out_dir = Path(cfg.sft.out_dir)
+    lock = claim_run_dir(d, out_dir, cfg, overwrite=overwrite)
+    try:
+        summary = _sft(cfg, d, out_dir, progress)
+    finally:
+        if lock is not None:
+            lock.release()
+    if cfg.sft.pwsd.steps > 0:
+        summary["pwsd"] = run_pwsd(cfg, out_dir / "final", progress, overwrite)
+    return summary if d.main else {}
+
+
+def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
+    from tqdm.auto import tqdm
+
     if d.main:
-        out_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, out_dir / "config.yaml")
     report = LoadReport()
     data = load_split(cfg.data, "train", report)
@@ -195,7 +208,4 @@ def sft(cfg: Config, progress: bool = True) -> dict[str, Any]:
     d.barrier()
     if report.skipped:
         summary["skipped_rows"] = len(report.skipped)
-    if cfg.sft.pwsd.steps > 0:
-        del policy, engine, opt
-        summary["pwsd"] = run_pwsd(cfg, out_dir / "final", progress)
-    return summary if d.main else {}
+    return summary

@@ -35,19 +35,21 @@ from mmrlvr import parallel
 from mmrlvr.algo import group_advantages, grpo_loss, zero_spread_fraction
 from mmrlvr.checkpoint import (latest_checkpoint, load_sharded, load_trainer_state, rng_state,
                                save_checkpoint, set_rng_state, sharded_state)
-from mmrlvr.config import Config, ConfigError, save_config
+from mmrlvr.config import Config, ConfigError, check_model_path, save_config, to_dict
 from mmrlvr.data import LoadReport, load_split
+from mmrlvr.errors import TrainingError
 from mmrlvr.evaluate import aggregate, score_examples
 from mmrlvr.logger import RunLogger, read_metrics
 from mmrlvr.parallel import Dist, LaunchError
 from mmrlvr.policy import Policy, bf16_update_warning, load_model
 from mmrlvr.report import write_report
+from mmrlvr.rundir import RunDirError, claim
 from mmrlvr.rollout import SamplingParams, make_engine
 from mmrlvr.rollout.branching import branch_metrics
 from mmrlvr.sampler import PromptSampler
 from mmrlvr.templates import apply_templates
 from modalities.base import select
-from rewards.base import build_combined
+from rewards.base import RewardError, build_combined
 from rewards.verify import reset_stats, stats as verify_stats
 
 
@@ -72,6 +74,16 @@ def warmup_cosine(warmup: int, total: int, floor: float = 0.1, schedule: str = "
 
 
 @dataclass
+@dataclass
+class Skips:
+    """Steps skipped for a non-finite loss or gradient: how many in a row, and the first cause."""
+
+    in_a_row: int = 0
+    total: int = 0
+    first: str = ""
+
+
+@dataclass
 class Run:
     """Everything a step needs, built once."""
 
@@ -89,6 +101,8 @@ class Run:
     ref_model: torch.nn.Module | None
     run_dir: Path
     skipped_rows: int
+    lock: Any = None
+    skips: Skips = None
 
 
 def start_processes(cfg: Config, batch: int, what: str = "train.batch_prompts") -> Dist:
@@ -165,13 +179,41 @@ def load_reference(cfg: Config, d: Dist, policy: Policy) -> torch.nn.Module:
     return ref
 
 
-def build_run(cfg: Config, resume: bool = False) -> tuple[Run, int]:
+def claim_run_dir(d: Dist, run_dir: Path, cfg: Config, resume: bool = False,
+                  overwrite: bool = False, force: bool = False):
+    """Rank 0 locks the run dir (`mmrlvr.rundir`); every rank raises the same error if it may
+    not be written. Returns the lock (None on other ranks)."""
+    lock, error = None, None
+    if d.main:
+        try:
+            lock = claim(run_dir, resume=resume, overwrite=overwrite, force=force,
+                         cfg=to_dict(cfg))
+        except RunDirError as err:
+            error = str(err)
+    error = d.gather(error)[0]
+    if error:
+        raise RunDirError(error)
+    return lock
+
+
+def build_run(cfg: Config, resume: bool = False, overwrite: bool = False,
+              force: bool = False) -> tuple[Run, int]:
     """Load data, policy, optimiser; restore the last complete checkpoint when resuming."""
+    check_model_path(cfg.model.path)     # before the run dir is touched
     d = start_processes(cfg, cfg.train.batch_prompts)
     seed_everything(cfg.train.seed)      # every rank builds the same weights (LoRA init too)
     run_dir = Path(cfg.train.out_dir)
+    lock = claim_run_dir(d, run_dir, cfg, resume, overwrite, force)
+    try:
+        return _build(cfg, d, run_dir, lock, resume)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool) -> tuple[Run, int]:
     if d.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
 
     report = LoadReport()
@@ -222,9 +264,11 @@ def build_run(cfg: Config, resume: bool = False) -> tuple[Run, int]:
 
     engine = make_engine(cfg.rollout.backend, policy, cfg.rollout.branching,
                          cfg.rollout.vllm_gpu_memory_utilization, seed=cfg.train.seed)
+    errors = run_dir / ("reward_errors.jsonl" if d.world == 1 else f"reward_errors.rank{d.rank}.jsonl")
     run = Run(cfg, d, policy, engine,
-              build_combined(cfg.rewards), objectives, optimizer, scheduler,
-              train_data, eval_data, sampler, ref_model, run_dir, len(report.skipped))
+              build_combined(cfg.rewards, error_log=errors), objectives, optimizer, scheduler,
+              train_data, eval_data, sampler, ref_model, run_dir, len(report.skipped), lock,
+              Skips())
     return run, start_step
 
 
@@ -252,7 +296,12 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     reset_stats()   # the verifier's counters now cover exactly this step's scoring
     scores = [run.reward.score(ex, rollouts.texts[b * G:(b + 1) * G]) for b, ex in enumerate(examples)]
     vstats = verify_stats()
+    failures = d.gather(run.reward.all_failed(scores))   # decided together: no rank waits alone
+    if all(failures):
+        raise RewardError(failures[0])
     rewards = torch.tensor([[s["overall"] for s in group] for group in scores])   # [B, G]
+    nonfinite = ~torch.isfinite(rewards)                  # user rewards were caught already
+    rewards = rewards.masked_fill(nonfinite, 0.0)
     advantages = group_advantages(rewards, cfg.algo.advantage, cfg.algo.eps)       # [B, G]
     t2 = time.perf_counter()
 
@@ -261,6 +310,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
 
     metrics = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(unbiased=False)),
                "reward/zero_spread_frac": zero_spread_fraction(rewards)}
+    if nonfinite.any():
+        metrics["reward/nonfinite_frac"] = float(nonfinite.float().mean())
     for key in scores[0][0]:
         if key != "overall":
             metrics[f"reward/{key}"] = float(np.mean([s[key] for g in scores for s in g]))
@@ -279,16 +330,20 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     return mean_over_ranks(d, metrics)
 
 
-def mean_over_ranks(d: Dist, metrics: dict[str, float]) -> dict[str, float]:
-    """Each metric averaged over the ranks that report it (all of them, usually)."""
+def mean_over_ranks(d: Dist, metrics: dict[str, Any]) -> dict[str, Any]:
+    """Each numeric metric averaged over the ranks that report it (all of them, usually); a
+    text one (a skip's cause) as the first rank that has it reports it."""
     if d.world == 1:
         return metrics
     merged: dict[str, list[float]] = {}
+    texts: dict[str, str] = {}
     for part in d.gather(metrics):
         for key, value in part.items():
-            if value is not None:
+            if isinstance(value, str):
+                texts.setdefault(key, value)
+            elif value is not None:
                 merged.setdefault(key, []).append(float(value))
-    return {key: float(np.mean(values)) for key, values in merged.items()}
+    return {**{key: float(np.mean(values)) for key, values in merged.items()}, **texts}
 
 
 def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: int) -> dict[str, float]:
@@ -335,7 +390,9 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
 
     stats: dict[str, list[float]] = {"loss/policy": [], "loss/clip_frac": [], "loss/kl": []}
     entropy_sum, gap_sum, gap_max, token_count = 0.0, 0.0, 0.0, 0.0
-    grad_norm = 0.0
+    grad_norm, cause = 0.0, ""
+    if not torch.isfinite(advantages).all():
+        cause = "non-finite advantages"
     for epoch in range(cfg.algo.ppo_epochs):
         run.optimizer.zero_grad(set_to_none=True)
         # objectives first: the last backward of the epoch is then a micro-batch on every rank,
@@ -357,6 +414,8 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
                     ref_logp=ref_lp, kl_estimator=cfg.algo.kl_estimator,
                     total_tokens=total_tokens, total_seqs=total_seqs)
                 (loss * d.world).backward()
+            if not cause and not torch.isfinite(loss.detach()):
+                cause = f"non-finite loss (epoch {epoch + 1}, micro-batch {k + 1})"
             stats["loss/policy"].append(float(loss.detach()))
             stats["loss/clip_frac"].append(st["clip_frac"])
             if "kl" in st:
@@ -369,11 +428,25 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
                     gap = (rollouts.sample_logprobs[part, :width].to(logp.device) - logp.detach()).abs()
                     gap_sum += float((gap * m).sum())
                     gap_max = max(gap_max, float((gap * m).max()))
-        if cfg.optim.max_grad_norm > 0:
-            grad_norm = clip_grad_norm(policy.trainable_parameters(), cfg.optim.max_grad_norm)
+        grad_norm = clip_grad_norm(policy.trainable_parameters(),
+                                   cfg.optim.max_grad_norm or float("inf"))
+        if not cause and not math.isfinite(grad_norm):
+            cause = "non-finite gradient norm"
+        causes = [c for c in d.gather(cause) if c]        # one rank's NaN stops every rank's step
+        if causes:
+            run.optimizer.zero_grad(set_to_none=True)
+            break
         run.optimizer.step()   # a no-op when every group had zero spread (no gradients)
         run.engine.mark_weights_changed()
+        if not parallel.all_finite(d, policy.trainable_parameters()):
+            raise TrainingError(f"step {step}: the optimiser step made weights non-finite (lr "
+                                f"{run.scheduler.get_last_lr()[0]:g}, gradient norm {grad_norm:g}); "
+                                "stopping before anything is saved; the last complete checkpoint "
+                                "is intact")
     out = {k: (sum(v) if k == "loss/policy" else float(np.mean(v))) for k, v in stats.items() if v}
+    out["update/skipped"] = float(bool(causes))
+    if causes:
+        out["update/skip_cause"] = causes[0]
     # this rank's part of the global loss; summed, it is the whole batch's loss
     out["loss/policy"] = d.all_sum(out.get("loss/policy", 0.0)) / max(cfg.algo.ppo_epochs, 1)
     out["optim/grad_norm"] = grad_norm
@@ -440,12 +513,25 @@ def run_eval(run: Run, progress: bool = False) -> dict[str, float]:
     return {f"eval/{k}": v for k, v in result.items()}
 
 
-def train(cfg: Config, resume: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Run (or continue) GRPO as configured; returns the run's summary (on rank 0)."""
+def train(cfg: Config, resume: bool = False, progress: bool = True, overwrite: bool = False,
+          force: bool = False) -> dict[str, Any]:
+    """Run (or continue) GRPO as configured; returns the run's summary (on rank 0).
+
+    `overwrite` lets a fresh run replace an earlier run in `train.out_dir`; `force` lets a
+    resume go on with another model or data than the run started with (`mmrlvr.rundir`).
+    """
+    run, start_step = build_run(cfg, resume, overwrite, force)
+    try:
+        return _train(run, start_step, resume, progress)
+    finally:
+        if run.lock is not None:
+            run.lock.release()
+
+
+def _train(run: Run, start_step: int, resume: bool, progress: bool) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
-    run, start_step = build_run(cfg, resume)
-    d = run.dist
+    cfg, d = run.cfg, run.dist
     logger = RunLogger(run.run_dir, enabled=d.main, resume_step=start_step if resume else None)
     # the run's shape goes in its first metrics row: step 0 where eval runs first, else step 1
     first = {"run/world_size": d.world, "run/strategy": d.strategy} if start_step == 0 else {}
@@ -458,6 +544,7 @@ def train(cfg: Config, resume: bool = False, progress: bool = True) -> dict[str,
     for step in bar:
         metrics = {**first, **grpo_step(run, step)}
         first = {}
+        note_skip(run, step, metrics)
         if metrics.get("data/skipped_rows") is None and run.skipped_rows:
             metrics["data/skipped_rows"] = run.skipped_rows
         last = step == cfg.train.steps
@@ -477,6 +564,27 @@ def train(cfg: Config, resume: bool = False, progress: bool = True) -> dict[str,
     run.policy.save(run.run_dir / "final", main=d.main)
     d.barrier()
     return summary
+
+
+def note_skip(run: Run, step: int, metrics: dict[str, Any]) -> None:
+    """Count a skipped update; stop after `train.max_skipped_steps` of them in a row."""
+    skips = run.skips
+    if not metrics.get("update/skipped"):
+        skips.in_a_row = 0
+        return
+    skips.in_a_row += 1
+    skips.total += 1
+    if skips.in_a_row == 1:
+        skips.first = f"step {step}: {metrics.get('update/skip_cause', 'unknown')}"
+    metrics["update/skipped_total"] = skips.total
+    if run.dist.main:
+        print(f"warning: step {step} skipped, no optimiser step: "
+              f"{metrics.get('update/skip_cause')}", file=sys.stderr)
+    if skips.in_a_row >= run.cfg.train.max_skipped_steps:
+        raise TrainingError(f"{skips.in_a_row} steps in a row were skipped for non-finite values "
+                            f"(first at {skips.first}); the weights are unchanged since, and the "
+                            f"last complete checkpoint is intact. Check the rewards "
+                            f"(reward_errors.jsonl), optim.lr and the data")
 
 
 def ranks_in_sync(run: Run) -> bool | None:

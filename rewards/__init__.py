@@ -5,6 +5,12 @@ completion holding `overall` and any named components (all logged). A plain func
 `fn(example, completion) -> float | dict` is lifted to that form. A user's own reward loads from
 `path/to/file.py:function` (EasyR1's convention).
 
+`rewards.get` returns the reward itself. `rewards.base.build_combined` (what the trainer uses)
+isolates every user reward: a timeout per call (`timeout_s`, default 30), and exceptions, wrong
+return types and non-finite values score `failure_value` (default 0) and are counted as the
+components `failed` and `failed_<kind>`; `Combined.all_failed` and `RewardError` let the run stop
+on a reward that fails every time or hangs. Built-in rewards run inline, as written.
+
     import rewards
     acc = rewards.get("accuracy")
     acc.score(example, ["<think>...</think><answer>3</answer>"])  # [{'overall': 1.0, ...}]
@@ -16,7 +22,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Callable
 
-from rewards.base import Reward, lift
+from rewards.base import Reward, RewardError, lift
 
 _REGISTRY: dict[str, Callable[..., Reward]] = {}
 _BUILTIN_MODULES = ("rewards.accuracy", "rewards.format", "rewards.pirl", "rewards.struct_steps",
@@ -70,4 +76,4 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-__all__ = ["Reward", "get", "lift", "names", "register"]
+__all__ = ["Reward", "RewardError", "get", "lift", "names", "register"]

@@ -10,8 +10,8 @@ MM=.venv/bin/mmrlvr
 CFG=configs/quickstart.yaml
 $MM data shapes --out runs/shapes --families kind,count --n-train 2000 --n-test 300 --seed 0 > /dev/null
 $MM tiny qwen2.5-vl --out runs/tiny-qwen25vl --corpus runs/shapes/train.jsonl
-$MM sft $CFG "$@"
-$MM train $CFG "$@"
+$MM sft $CFG --overwrite "$@"
+$MM train $CFG --overwrite "$@"
 .venv/bin/python - <<'PY'
 import json
 s = json.load(open("runs/quickstart/summary.json"))

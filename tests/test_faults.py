@@ -1,0 +1,231 @@
+"""Fault injection: a run either continues with the fault counted and its weights finite, or
+stops with a message naming the cause — never a checkpoint of non-finite weights, never a
+second run writing into a run dir, never a traceback for bad input.
+
+(The verifier's complexity bombs: tests/test_verify_adversarial.py; bad media rows:
+tests/test_data_media.py; bad config values: tests/test_config_checks.py; reward isolation in
+detail: tests/test_reward_isolation.py. This module drives whole runs.)
+"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from mmrlvr.checkpoint import MARKER, CheckpointError
+from mmrlvr.config import load_config
+from mmrlvr.errors import TrainingError
+from mmrlvr.logger import read_metrics
+from mmrlvr.rundir import RunDirError
+from mmrlvr.trainer import train
+from rewards.base import RewardError
+
+REWARDS = '''
+import math, time
+def length(example, completion):
+    return min(len(completion), 40) / 40.0
+def nan_some(example, completion):
+    return float("nan") if len(completion) % 3 == 0 else 1.0
+def inf_all(example, completion):
+    return float("inf")
+def raises(example, completion):
+    if len(completion) % 2:
+        raise KeyError("no field 'solution' in this example")
+    return 0.5
+def wrong_type(example, completion):
+    return None if len(completion) % 2 else 0.5
+def hangs_once(example, completion):
+    if not HUNG:
+        HUNG.append(1)
+        time.sleep(3)
+    return 1.0
+HUNG = []
+def slow(example, completion):
+    time.sleep(0.1)
+    return 1.0
+'''
+
+
+def config(tmp_path: Path, tiny_vl: Path, shapes_dir: Path, name: str, extra_reward: str | None,
+           **sections) -> Path:
+    (tmp_path / "r.py").write_text(REWARDS)
+    rewards = [{"name": "accuracy", "weight": 0.9},
+               {"name": str(tmp_path / "r.py") + ":length", "weight": 0.5}]
+    if extra_reward:
+        rewards.append({"name": str(tmp_path / "r.py") + f":{extra_reward}", "weight": 1.0,
+                        "timeout_s": 0.5})
+    cfg = {"model": {"path": str(tiny_vl)},
+           "data": {"train": str(shapes_dir / "train.jsonl")},
+           "rollout": {"group_size": 4, "max_new_tokens": 8},
+           "optim": {"lr": 1e-3},
+           "train": {"steps": 2, "batch_prompts": 2, "micro_batch": 8, "save_every": 1,
+                     "out_dir": str(tmp_path / name), "seed": 1},
+           "rewards": rewards}
+    for key, value in sections.items():
+        cfg.setdefault(key, {}).update(value)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mmrlvr.cli", *args], capture_output=True,
+                          text=True, timeout=600)
+
+
+def weights_finite(model_dir: Path) -> bool:
+    from safetensors.torch import load_file
+
+    return all(bool(torch.isfinite(t).all()) for t in load_file(model_dir / "model.safetensors").values())
+
+
+@pytest.mark.parametrize("reward, kind", [("nan_some", "nonfinite"), ("raises", "error"),
+                                          ("wrong_type", "type")])
+def test_a_bad_reward_on_some_completions_is_counted_and_the_run_goes_on(
+        tmp_path, tiny_vl, shapes_dir, reward, kind):
+    summary = train(load_config(config(tmp_path, tiny_vl, shapes_dir, "run", reward)),
+                    progress=False)
+    run = tmp_path / "run"
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2] and summary["steps"] == 2
+    failed = [r[f"reward/{reward}/failed"] for r in rows]
+    assert 0 < sum(failed) and all(f < 1 for f in failed)
+    assert all(r["reward/mean"] is not None and math.isfinite(r["reward/mean"]) for r in rows)
+    logged = [json.loads(ln) for ln in (run / "reward_errors.jsonl").read_text().splitlines()]
+    assert logged and {e["reward"] for e in logged} == {reward} and logged[0]["kind"] == kind
+    assert weights_finite(run / "final") and weights_finite(run / "checkpoints" / "step-2")
+
+
+def test_a_reward_that_fails_on_every_completion_stops_the_run_with_its_traceback(
+        tmp_path, tiny_vl, shapes_dir):
+    out = cli("train", str(config(tmp_path, tiny_vl, shapes_dir, "run", "inf_all")))
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "inf_all" in out.stderr and "Traceback (most recent call last)" not in out.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()   # stopped before any update
+
+
+def test_a_reward_that_hangs_times_out_and_the_run_goes_on(tmp_path, tiny_vl, shapes_dir):
+    t0 = time.perf_counter()
+    train(load_config(config(tmp_path, tiny_vl, shapes_dir, "run", "hangs_once")), progress=False)
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    # its first call hung (3 s) past timeout_s 0.5: that completion scored the failure value
+    assert rows[0]["reward/hangs_once/failed_timeout"] == pytest.approx(1 / 8)
+    assert rows[1]["reward/hangs_once/failed"] == 0.0
+    (logged,) = [json.loads(ln) for ln in
+                 (tmp_path / "run" / "reward_errors.jsonl").read_text().splitlines()]
+    assert logged["kind"] == "timeout" and logged["reward"] == "hangs_once"
+    assert time.perf_counter() - t0 < 120
+
+
+def test_a_non_finite_loss_skips_the_step_and_keeps_the_weights(tmp_path, tiny_vl, shapes_dir,
+                                                                  monkeypatch):
+    import mmrlvr.trainer as trainer
+
+    real = trainer.grpo_loss
+    calls = {"n": 0}
+
+    def nan_on_first_step(*args, **kwargs):
+        loss, st = real(*args, **kwargs)
+        calls["n"] += 1
+        return (loss * float("nan"), st) if calls["n"] == 1 else (loss, st)
+
+    monkeypatch.setattr(trainer, "grpo_loss", nan_on_first_step)
+    path = config(tmp_path, tiny_vl, shapes_dir, "run", None, train={"steps": 2, "micro_batch": 64})
+    train(load_config(path), progress=False)
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert rows[0]["update/skipped"] == 1.0 and "non-finite loss" in rows[0]["update/skip_cause"]
+    assert rows[1]["update/skipped"] == 0.0
+    from safetensors.torch import load_file
+    start = load_file(Path(tiny_vl) / "model.safetensors")
+    step1 = load_file(tmp_path / "run" / "checkpoints" / "step-1" / "model.safetensors")
+    assert all(torch.equal(start[k], step1[k]) for k in start)    # the skipped step moved nothing
+    assert weights_finite(tmp_path / "run" / "final")
+
+
+def test_only_skipped_steps_stop_the_run_naming_the_first_cause(tmp_path, tiny_vl, shapes_dir,
+                                                                 monkeypatch):
+    import mmrlvr.trainer as trainer
+
+    real = trainer.grpo_loss
+    monkeypatch.setattr(trainer, "grpo_loss",
+                        lambda *a, **k: (real(*a, **k)[0] * float("nan"), real(*a, **k)[1]))
+    path = config(tmp_path, tiny_vl, shapes_dir, "run", None,
+                  train={"steps": 6, "max_skipped_steps": 2})
+    with pytest.raises(TrainingError, match=r"2 steps in a row .*first at step 1: non-finite loss"):
+        train(load_config(path), progress=False)
+    assert len(read_metrics(tmp_path / "run" / "metrics.jsonl")) == 1    # the 2nd raised
+    assert all(weights_finite(c) for c in (tmp_path / "run" / "checkpoints").glob("step-*"))
+
+
+def test_an_infinite_lr_never_reaches_a_checkpoint(tmp_path, tiny_vl, shapes_dir):
+    cfg = load_config(config(tmp_path, tiny_vl, shapes_dir, "run", None))
+    cfg.optim.lr = float("inf")              # past config validation, as a programmatic user can
+    with pytest.raises(TrainingError, match="made weights non-finite"):
+        train(cfg, progress=False)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert not (tmp_path / "run" / "final").exists()
+
+
+def test_a_second_writer_on_a_run_dir_is_refused(tmp_path, tiny_vl, shapes_dir):
+    path = config(tmp_path, tiny_vl, shapes_dir, "run", "slow", train={"steps": 4})
+    first = subprocess.Popen([sys.executable, "-m", "mmrlvr.cli", "train", str(path)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not read_metrics(tmp_path / "run" / "metrics.jsonl"):
+        time.sleep(0.05)
+    second = cli("train", str(path), "--overwrite")
+    first.wait(timeout=300)
+    assert second.returncode == 2 and "is in use by pid" in second.stderr, second.stderr[-1500:]
+    assert first.returncode == 0
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]           # one run's metrics, untouched
+
+
+def test_a_fresh_run_into_an_old_run_dir_needs_overwrite_and_resume_checks_the_model(
+        tmp_path, tiny_vl, tiny_qwen2vl, shapes_dir):
+    path = config(tmp_path, tiny_vl, shapes_dir, "run", None, train={"steps": 1})
+    assert cli("train", str(path)).returncode == 0
+    again = cli("train", str(path))
+    assert again.returncode == 2
+    assert "already holds a run" in again.stderr and "--resume" in again.stderr
+    assert "--overwrite" in again.stderr and "Traceback" not in again.stderr
+    assert cli("train", str(path), "--overwrite", "train.steps=2").returncode == 0
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]                 # not appended to the old run
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-1", "step-2"]
+    other = cli("train", "--resume", str(tmp_path / "run"), f"model.path={tiny_qwen2vl}",
+                "train.steps=3")
+    assert other.returncode == 2 and "model.path" in other.stderr and "--force" in other.stderr
+
+
+def test_a_full_disk_is_named_before_a_checkpoint_is_written(tmp_path, tiny_vl, shapes_dir,
+                                                             monkeypatch):
+    import collections
+
+    import mmrlvr.checkpoint as checkpoint
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: usage(10 << 20, 9 << 20, 1 << 20))
+    path = config(tmp_path, tiny_vl, shapes_dir, "run", None, train={"steps": 1})
+    with pytest.raises(CheckpointError, match=r"no space left in .*checkpoints: a checkpoint needs "
+                                              r"about [0-9,]+ MB and 1 MB are free"):
+        train(load_config(path), progress=False)
+    assert not list((tmp_path / "run" / "checkpoints").glob("*step-1"))
+
+
+def test_run_dir_errors_are_clear(tmp_path):
+    from mmrlvr.rundir import claim
+
+    lock = claim(tmp_path / "r", resume=False)
+    with pytest.raises(RunDirError, match="in use by pid"):
+        claim(tmp_path / "r", resume=False)
+    lock.release()
+    claim(tmp_path / "r", resume=False).release()

@@ -1,0 +1,294 @@
+"""A user's reward cannot crash, hang or poison a run: each call has a timeout, and exceptions,
+wrong return types and non-finite values score the failure value and are counted."""
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+import threading
+import time
+
+import pytest
+
+import rewards
+from mmrlvr.data import Example
+from rewards.base import FAILURE_KINDS, Isolated, RewardError, build_combined
+
+EX = Example(id="q7", prompt="What is 2 + 3?", answer="5")
+OK = {"failed": 0.0, **{f"failed_{kind}": 0.0 for kind in FAILURE_KINDS}}
+
+
+def failed(kind: str) -> dict[str, float]:
+    return {"failed": 1.0, **{f"failed_{k}": float(k == kind) for k in FAILURE_KINDS}}
+
+
+def user_reward(tmp_path, source: str, fn: str, **spec):
+    """`build_combined` over `fn` of a reward file in tmp_path; errors go to errors.jsonl."""
+    path = tmp_path / "my_reward.py"
+    path.write_text(textwrap.dedent(source))
+    return build_combined([{"name": f"{path}:{fn}", "weight": 1.0, **spec}],
+                          error_log=tmp_path / "errors.jsonl")
+
+
+def log_lines(tmp_path) -> list[dict]:
+    path = tmp_path / "errors.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def parts(row: dict, name: str) -> dict[str, float]:
+    """The reward's own dict back out of a combined row: `overall` and its `name/...` keys."""
+    out = {"overall": row[name]}
+    out.update({k.split("/", 1)[1]: v for k, v in row.items() if k.startswith(f"{name}/")})
+    return out
+
+
+SOURCE = """
+    import math
+
+    def fragile(example, text, bonus=0.0):
+        if text == "nan":
+            return math.nan
+        if text == "inf":
+            return math.inf
+        if text == "-inf":
+            return {"overall": 1.0, "part": -math.inf}
+        if text == "raise":
+            return {"a": 1}["missing_key"]
+        if text == "str":
+            return "1.0"
+        if text == "none":
+            return None
+        if text == "no overall":
+            return {"score": 1.0}
+        if text == "word part":
+            return {"overall": 1.0, "part": "high"}
+        if text == "list":
+            return [1.0]
+        if text == "bool":
+            return True
+        return {"overall": float(text == "5") + bonus, "part": 0.5}
+"""
+
+
+def test_bad_values_score_the_failure_value_and_are_counted_per_kind(tmp_path):
+    combined = user_reward(tmp_path, SOURCE, "fragile", bonus=0.25, failure_value=-1.0)
+    texts = ["5", "nan", "inf", "-inf", "raise", "str", "none", "no overall", "word part", "list",
+             "bool", "4"]
+    rows = combined.score(EX, texts)
+    kinds = ["ok", "nonfinite", "nonfinite", "nonfinite", "error", "type", "type", "type", "type",
+             "type", "ok", "ok"]
+    for text, row, kind in zip(texts, rows, kinds):
+        expected_flags = OK if kind == "ok" else failed(kind)
+        assert {k: v for k, v in parts(row, "fragile").items() if k.startswith("failed")} \
+            == expected_flags, text
+        assert all(math.isfinite(v) for v in row.values()), text
+    assert parts(rows[0], "fragile") == {"overall": 1.25, "part": 0.5, **OK}   # options reach fn
+    assert parts(rows[-1], "fragile") == {"overall": 0.25, "part": 0.5, **OK}
+    assert parts(rows[-2], "fragile") == {"overall": 1.0, "part": 0.0, **OK}   # bool: a number
+    # a failure scores failure_value; components the reward has shown before read 0 (same keys)
+    assert parts(rows[1], "fragile") == {"overall": -1.0, "part": 0.0, **failed("nonfinite")}
+    assert rows[1]["overall"] == -1.0
+    assert len({frozenset(row) for row in rows}) == 1                          # one key set
+
+
+def test_failures_go_to_the_error_log_with_example_index_and_traceback(tmp_path):
+    combined = user_reward(tmp_path, SOURCE, "fragile")
+    combined.score(EX, ["5", "raise", "str", "nan", "no overall"])
+    lines = log_lines(tmp_path)
+    assert [(r["reward"], r["kind"], r["example"], r["completion"]) for r in lines] == [
+        ("fragile", "error", "q7", 1), ("fragile", "type", "q7", 2),
+        ("fragile", "nonfinite", "q7", 3), ("fragile", "type", "q7", 4)]
+    error = lines[0]["detail"]
+    assert "KeyError: 'missing_key'" in error and "my_reward.py" in error
+    assert 'return {"a": 1}["missing_key"]' in error
+    assert "rewards/base.py" not in error                    # the user's frames, not the pool's
+    assert "'1.0'" in lines[1]["detail"] and "not a number" in lines[1]["detail"]
+    assert "nan" in lines[2]["detail"] and "without 'overall'" in lines[3]["detail"]
+    assert lines[0]["text"] == "raise" and lines[0]["time"][:2] == "20"
+
+
+def test_the_error_log_keeps_only_the_first_failures_of_each_reward(tmp_path):
+    combined = user_reward(tmp_path, SOURCE, "fragile")
+    rows = combined.score(EX, ["raise"] * 25)
+    assert len(log_lines(tmp_path)) == 20
+    assert all(row["fragile/failed"] == 1.0 for row in rows)                 # all still counted
+
+
+def test_a_reward_failing_on_every_completion_of_the_step_is_named_with_its_traceback(tmp_path):
+    combined = user_reward(tmp_path, SOURCE, "fragile")
+    some = [combined.score(EX, ["5", "nan"]), combined.score(EX, ["raise", "4"])]
+    assert combined.all_failed(some) is None
+    every = [combined.score(EX, ["raise", "nan"]), combined.score(EX, ["str", "inf"])]
+    message = combined.all_failed(every)
+    assert message.startswith("reward fragile failed on every one of the 4 completions")
+    assert "(1 error, 1 type, 2 nonfinite)" in message
+    assert "KeyError: 'missing_key'" in message and "example 'q7', completion 0" in message
+    with pytest.raises(RewardError, match="fragile"):
+        raise RewardError(message)                            # what the trainer does with it
+
+
+def test_the_all_failed_message_hints_at_main_thread_only_code(tmp_path):
+    combined = user_reward(tmp_path, """
+        import signal
+
+        def alarm(example, text):
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)   # what signal-based timeouts do
+            return 1.0
+    """, "alarm")
+    message = combined.all_failed([combined.score(EX, ["a", "b"])])
+    assert "main thread" in message and "parsing_timeout=None" in message
+
+
+def test_a_hanging_function_times_out_per_completion_and_the_run_goes_on(tmp_path):
+    combined = user_reward(tmp_path, """
+        import time
+
+        def slow(example, text):
+            if text == "hang":
+                time.sleep(3600)
+            return 1.0
+    """, "slow", timeout_s=0.3)
+    start = time.perf_counter()
+    rows = combined.score(EX, ["ok", "hang", "ok"])
+    assert time.perf_counter() - start < 2.0
+    assert [row["slow"] for row in rows] == [1.0, 0.0, 1.0]
+    assert [row["slow/failed_timeout"] for row in rows] == [0.0, 1.0, 0.0]
+    [line] = log_lines(tmp_path)
+    assert line["kind"] == "timeout" and line["completion"] == 1
+    assert "time.sleep(3600)" in line["detail"] and "timeout_s=0.3" in line["detail"]
+    hung = [t for t in threading.enumerate() if t.name == "reward slow" and t.is_alive()]
+    assert hung and all(t.daemon for t in hung)               # never holds up the exit
+
+
+def test_a_function_that_keeps_hanging_stops_the_run_with_a_reward_error(tmp_path):
+    combined = user_reward(tmp_path, """
+        import threading
+
+        def stuck(example, text):
+            threading.Event().wait()
+    """, "stuck", timeout_s=0.2)
+    combined.parts[0][2].max_hung = 3
+    assert combined.score(EX, ["a", "b"])[1]["stuck/failed_timeout"] == 1.0
+    with pytest.raises(RewardError, match=r"reward stuck hangs: 3 of its calls .*timeout_s=0.2") \
+            as error:
+        combined.score(EX, ["c", "d"])
+    assert "threading.Event().wait()" in str(error.value)             # where it hangs
+
+
+def test_a_call_that_finishes_late_is_no_longer_outstanding(tmp_path):
+    combined = user_reward(tmp_path, """
+        import time
+
+        def late(example, text):
+            time.sleep(0.3)
+            return 1.0
+    """, "late", timeout_s=0.05)
+    reward = combined.parts[0][2]
+    reward.max_hung = 2
+    assert combined.score(EX, ["a"])[0]["late/failed_timeout"] == 1.0
+    assert reward.hung == 1
+    deadline = time.monotonic() + 10
+    while reward.hung and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert reward.hung == 0                                   # it returned, late
+    assert combined.score(EX, ["b"])[0]["late/failed_timeout"] == 1.0     # 1 outstanding, not 2
+    reward.timeout_s = 2.0
+    assert combined.score(EX, ["c"])[0] == {"overall": 1.0, "late": 1.0,
+                                             **{f"late/{k}": v for k, v in OK.items()}}
+
+
+GROUP_SOURCE = """
+    import math
+    import time
+
+    class Judge:
+        def __init__(self, mode="ok"):
+            self.name, self.mode, self.progress = "judge", mode, None
+
+        def set_progress(self, progress):
+            self.progress = progress
+
+        def score(self, example, completions):
+            if self.mode == "hang":
+                time.sleep(3600)
+            if self.mode == "raise":
+                raise RuntimeError("judge server unreachable")
+            if self.mode == "short":
+                return [{"overall": 1.0}]
+            if self.mode == "none":
+                return None
+            return [{"overall": math.nan if t == "nan" else 1.0, "agree": 1.0} for t in completions]
+"""
+
+
+def test_a_group_reward_that_hangs_fails_its_whole_group_once(tmp_path):
+    combined = user_reward(tmp_path, GROUP_SOURCE, "Judge", mode="hang", timeout_s=0.3)
+    start = time.perf_counter()
+    rows = combined.score(EX, ["a", "b", "c", "d"])
+    assert time.perf_counter() - start < 2.0           # one timeout per group, not per completion
+    assert all(parts(row, "Judge") == {"overall": 0.0, **failed("timeout")} for row in rows)
+    [line] = log_lines(tmp_path)
+    assert line["completion"] is None and line["text"] is None and "time.sleep" in line["detail"]
+    assert "the whole group" in combined.all_failed([rows])
+
+
+@pytest.mark.parametrize("mode,kind,detail", [
+    ("raise", "error", "RuntimeError: judge server unreachable"),
+    ("short", "type", "returned 1 results for 3 completions"),
+    ("none", "type", "returned None for 3 completions"),
+])
+def test_a_group_reward_that_breaks_fails_its_group(tmp_path, mode, kind, detail):
+    combined = user_reward(tmp_path, GROUP_SOURCE, "Judge", mode=mode)
+    rows = combined.score(EX, ["a", "b", "c"])
+    assert all(parts(row, "Judge") == {"overall": 0.0, **failed(kind)} for row in rows)
+    [line] = log_lines(tmp_path)
+    assert detail in line["detail"] and line["kind"] == kind
+
+
+def test_a_group_reward_with_one_nan_fails_only_that_completion(tmp_path):
+    combined = user_reward(tmp_path, GROUP_SOURCE, "Judge")
+    combined.set_progress(0.5)
+    assert combined.parts[0][2].reward.progress == 0.5        # set_progress reaches the reward
+    rows = combined.score(EX, ["a", "nan", "b"])
+    assert [parts(row, "Judge") for row in rows] == [
+        {"overall": 1.0, "agree": 1.0, **OK}, {"overall": 0.0, "agree": 0.0, **failed("nonfinite")},
+        {"overall": 1.0, "agree": 1.0, **OK}]
+    assert [line["completion"] for line in log_lines(tmp_path)] == [1]
+
+
+def test_built_in_rewards_run_inline_and_score_exactly_as_before(tmp_path):
+    texts = ["<think>2 and 3</think><answer>5</answer>", "<answer>4</answer>", "5", "",
+             "<think>x</think><answer>\\frac{10}{2}</answer>"]
+    specs = [{"name": "accuracy", "weight": 0.9}, {"name": "format", "weight": 0.1}]
+    combined = build_combined(specs, error_log=tmp_path / "errors.jsonl")
+    acc = rewards.get("accuracy").score(EX, texts)
+    fmt = rewards.get("format").score(EX, texts)
+    expected = []
+    for a, f in zip(acc, fmt):
+        row = {"overall": 0.0 + 0.9 * a["overall"] + 0.1 * f["overall"], "accuracy": a["overall"]}
+        row.update({f"accuracy/{k}": v for k, v in a.items() if k != "overall"})
+        row["format"] = f["overall"]
+        row.update({f"format/{k}": v for k, v in f.items() if k != "overall"})
+        expected.append(row)
+    rows = combined.score(EX, texts)
+    assert rows == expected and [list(r) for r in rows] == [list(r) for r in expected]
+    assert not any(isinstance(reward, Isolated) for _, _, reward in combined.parts)
+    assert not (tmp_path / "errors.jsonl").exists()
+
+
+def test_a_built_in_reward_is_isolated_only_when_its_spec_asks(tmp_path):
+    plain = build_combined([{"name": "accuracy"}]).score(EX, ["<answer>5</answer>", "6"])
+    isolated = build_combined([{"name": "accuracy", "timeout_s": 5}]).score(
+        EX, ["<answer>5</answer>", "6"])
+    assert [{k: v for k, v in row.items() if "failed" not in k} for row in isolated] == plain
+    assert all(row["accuracy/failed"] == 0.0 for row in isolated)
+
+
+@pytest.mark.parametrize("spec,message", [
+    ({"timeout_s": 0}, "timeout_s must be a positive number"),
+    ({"timeout_s": "5"}, "timeout_s must be a positive number"),
+    ({"failure_value": math.nan}, "failure_value must be a finite number"),
+])
+def test_bad_isolation_options_fail_when_the_rewards_are_built(tmp_path, spec, message):
+    with pytest.raises(ValueError, match=message):
+        user_reward(tmp_path, SOURCE, "fragile", **spec)

@@ -229,3 +229,23 @@ def test_run_dir_errors_are_clear(tmp_path):
         claim(tmp_path / "r", resume=False)
     lock.release()
     claim(tmp_path / "r", resume=False).release()
+
+
+def test_a_bad_image_late_in_the_split_is_found_before_training(tmp_path, tiny_vl, shapes_dir):
+    rows = (shapes_dir / "train.jsonl").read_text().splitlines()[:90]
+    (shapes_dir / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)   # truncated
+    late = json.loads(rows[85])
+    late.update(id="late-bad", images=["broken.png"])
+    rows[85] = json.dumps(late)
+    data = shapes_dir / "late_bad.jsonl"
+    data.write_text("\n".join(rows) + "\n")
+    path = config(tmp_path, tiny_vl, shapes_dir, "run", None, data={"train": str(data)})
+    out = cli("train", str(path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "row 86" in out.stderr and "late-bad" in out.stderr and "on_error=skip" in out.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()          # nothing trained
+    assert cli("train", str(path), "data.on_error=skip", "--overwrite").returncode == 0
+    (skipped,) = [json.loads(ln) for ln in
+                  (tmp_path / "run" / "skipped_rows.jsonl").read_text().splitlines()]
+    assert skipped["id"] == "late-bad" and skipped["row"] == 86 and "broken.png" in skipped["reason"]
+    assert read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]["data/skipped_rows"] == 1

@@ -15,7 +15,7 @@ from typing import Any
 
 from apps import audio_tab, monitor_tab, robustness_tab, translation_tab, vision_tab
 from apps.common import DemoContext, run_config
-from mmrlvr.policy import PolicyError
+from mmrlvr.train.policy import PolicyError
 
 MAX_FILE_SIZE = "50mb"
 """Largest upload the server accepts (Gradio refuses bigger ones with a visible message)."""
@@ -58,7 +58,7 @@ def load_context(model: str | None = None, run: str | None = None, device: str =
         model = str(Path(model).expanduser()) if model.startswith("~") else model
         import modalities
         from mmrlvr.config import ModelConfig
-        from mmrlvr.policy import Policy, pick_device
+        from mmrlvr.train.policy import Policy, pick_device
 
         defaults = ModelConfig()
         config = ModelConfig(

@@ -1,6 +1,6 @@
 """Training monitor: a run dir's curves (reward, accuracy, length, KL), refreshed while it trains.
 
-Reads `metrics.jsonl` through `mmrlvr.logger.read_metrics` (a line cut short by a running writer
+Reads `metrics.jsonl` through `mmrlvr.train.logger.read_metrics` (a line cut short by a running writer
 is dropped, so reading during training is safe) every few seconds via `gr.Timer`.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pandas as pd
 import yaml
 
 from apps.common import explain
-from mmrlvr.logger import read_metrics
+from mmrlvr.train.logger import read_metrics
 
 PANELS: list[tuple[str, list[str]]] = [
     ("reward", ["reward/mean"]),

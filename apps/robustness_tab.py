@@ -1,6 +1,6 @@
 """Robustness: one sample through every stress operator; answers in a table, flips marked.
 
-The operators are the library's (`mmrlvr.stress_ops.OPERATORS`, the ones `mmrlvr stress` uses),
+The operators are the library's (`mmrlvr.stress.ops.OPERATORS`, the ones `mmrlvr stress` uses),
 applied with `stress_ops.apply(op, example, format_prompt, seed)`: every operator that applies to
 the sample runs, the rest (a `None` variant) are skipped — image operators need an image, the
 option operators and the task-altering `mc_to_open` need listed options with a gold answer, audio
@@ -19,8 +19,8 @@ from PIL import Image
 
 from apps.common import DemoContext, UserError, check_question, explain, prepare_images, warn
 from mmrlvr.data import Example
-from mmrlvr.stress_ops import OPERATORS, Variant, apply, gold_index
-from mmrlvr.templates import with_options
+from mmrlvr.stress.ops import OPERATORS, Variant, apply, gold_index
+from mmrlvr.core.templates import with_options
 from rewards.verify import extract_answer, match
 
 TABLE_HEADERS = ["operator", "kind", "question", "answer", "correct", "flip", "completion"]

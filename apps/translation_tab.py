@@ -53,7 +53,7 @@ def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Resu
     import time
 
     from apps.vision_tab import stream_completion
-    from mmrlvr.patch import to_html
+    from mmrlvr.patches.schema import to_html
     from mmrlvr.translate import compose, patch_from_completion
     from modalities.image_translation import language_name, make_example
 

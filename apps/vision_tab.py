@@ -16,7 +16,7 @@ import torch
 
 from apps.common import DemoContext, UserError, check_question, explain, prepare_images, warn
 from mmrlvr.data import Example
-from modalities.base import to_device
+from mmrlvr.core.types import to_device
 from rewards.base import build_combined
 from rewards.verify import extract_answer, match
 

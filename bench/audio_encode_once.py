@@ -1,6 +1,6 @@
 """Benchmark: encoding each prompt's audio once per group vs once per rollout (Qwen2-Audio).
 
-Workload: a tiny random-weight Qwen2-Audio (`mmrlvr.tiny_audio.build_tiny_audio`, 0.9 M parameters,
+Workload: a tiny random-weight Qwen2-Audio (`mmrlvr.tiny.audio.build_tiny_audio`, 0.9 M parameters,
 audio encoder 2 layers x 64 wide), B prompts of one 2 s tone clip each (50 audio tokens), G
 rollouts per prompt, float32, CPU (CUDA when present). Run for two feature windows: the tiny
 default (3 s) and the real model's (30 s), where the Whisper encoder always sees a full window of
@@ -56,9 +56,9 @@ def run(window: int, prompts: int, group: int, repeats: int, workdir: Path) -> d
     import modalities
     from mmrlvr.config import ModelConfig
     from mmrlvr.data import Example
-    from mmrlvr.policy import Policy, pick_device
-    from mmrlvr.tiny_audio import build_tiny_audio
-    from modalities.base import select, to_device
+    from mmrlvr.train.policy import Policy, pick_device
+    from mmrlvr.tiny.audio import build_tiny_audio
+    from mmrlvr.core.types import select, to_device
 
     model_dir = workdir / f"tiny-audio-{window}s"
     if not (model_dir / "config.json").exists():

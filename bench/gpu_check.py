@@ -7,7 +7,7 @@ x 1280 — 1,871,592,704 parameters; the synthetic shapes task at 448 px (256 im
 1,024 vision patches per prompt); 8 prompts x 8 rollouts x <= 128 new tokens per step,
 micro-batch 16, lr 1e-6 (constant), 2 warm-up + 4 timed steps; bf16 compute with fp32 master
 weights and AdamW state (`model.dtype` bf16 on CUDA, `model.param_dtype` float32, the
-defaults). Every step goes through the real trainer (`mmrlvr.trainer.build_run` + `grpo_step`).
+defaults). Every step goes through the real trainer (`mmrlvr.train.trainer.build_run` + `grpo_step`).
 `--tiny` uses the tiny builder's own sizes (0.9 M parameters) for a CPU smoke run; on CPU the
 compute dtype is float32.
 
@@ -153,7 +153,7 @@ def prepare(args) -> tuple[Path, Path]:
     info = model_dir / "tiny.json"
     built = json.loads(info.read_text()) if info.exists() else {}
     if any(built.get(k) != v for k, v in dims.items()):
-        from mmrlvr.tiny import build_tiny
+        from mmrlvr.tiny.build import build_tiny
 
         t0 = time.perf_counter()
         print(f"building the random-weight Qwen2.5-VL in {model_dir} ...", file=sys.stderr,
@@ -163,7 +163,7 @@ def prepare(args) -> tuple[Path, Path]:
     n_rows = args.prompts * (args.warmup + args.steps)
     data_dir = workdir / f"shapes-{px}px-{n_rows}"
     if not (data_dir / "info.json").exists():
-        from modalities.shapes import make_shapes
+        from mmrlvr.tasks.shapes import make_shapes
 
         make_shapes(data_dir, n_train=n_rows, n_test=0, seed=0, image_size=px)
     return model_dir, data_dir / "train.jsonl"
@@ -251,7 +251,8 @@ def run_grpo(args, cfg, after=None) -> dict:
 
     `after(run)` runs once the steps are done (the vLLM noise check) and its dict is added."""
     torch = _torch()
-    from mmrlvr.trainer import build_run, grpo_step
+    from mmrlvr.train.setup import build_run
+    from mmrlvr.train.trainer import grpo_step
 
     cuda = torch.cuda.is_available() and args.device != "cpu"
     if cuda:
@@ -392,7 +393,7 @@ def hf_last_layer_input(policy, batch):
     attention mask [N, P]), from the policy's own forward in its generation precision."""
     torch = _torch()
     from mmrlvr.rollout.branching import find_decoder
-    from modalities.base import to_device
+    from mmrlvr.core.types import to_device
 
     grabbed = {}
 
@@ -490,7 +491,7 @@ def run_trl(args, model_dir: Path, train_file: Path, out_dir: Path) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from mmrlvr.data import Example, load_dataset
-    from mmrlvr.policy import load_processor
+    from mmrlvr.train.policy import load_processor
     from rewards.base import build_combined
 
     total = args.warmup + args.steps

@@ -27,7 +27,7 @@ Figures, per framework, each measured in its own subprocess (so peak RSS is per 
 
 TRL's step is timed from its `on_step_begin` to `on_step_end` callback (its dataloader fetch,
 which decodes the PNGs, happens just before and is not counted); its rollout phase is timed by
-wrapping `GRPOTrainer._generate`. mmrlvr's step is `mmrlvr.trainer.grpo_step`, timed around
+wrapping `GRPOTrainer._generate`. mmrlvr's step is `mmrlvr.train.trainer.grpo_step`, timed around
 the call.
 
     python bench/grpo_step.py                   # both frameworks, 2 warm-up + 8 timed steps
@@ -79,11 +79,11 @@ def prepare(workdir: Path, n_prompts: int) -> tuple[Path, Path]:
     """Build the tiny model and the shapes data once (reused when already there)."""
     model_dir, data_dir = workdir / "tiny-qwen25vl-224", workdir / f"shapes-224-{n_prompts}"
     if not (model_dir / "tiny.json").exists():
-        from mmrlvr.tiny import build_tiny
+        from mmrlvr.tiny.build import build_tiny
 
         build_tiny("qwen2.5-vl", model_dir, min_pixels=PIXELS, max_pixels=PIXELS)
     if not (data_dir / "info.json").exists():
-        from modalities.shapes import make_shapes
+        from mmrlvr.tasks.shapes import make_shapes
 
         make_shapes(data_dir, n_train=n_prompts, n_test=0, seed=0, image_size=IMAGE_SIZE)
     return model_dir, data_dir / "train.jsonl"
@@ -101,7 +101,8 @@ def bench_mmrlvr(model_dir: Path, train_file: Path, workdir: Path, warmup: int, 
     import torch
 
     from mmrlvr.config import load_config
-    from mmrlvr.trainer import build_run, grpo_step
+    from mmrlvr.train.setup import build_run
+    from mmrlvr.train.trainer import grpo_step
 
     total = warmup + steps
     cfg = load_config(None, [
@@ -142,7 +143,7 @@ def bench_trl(model_dir: Path, train_file: Path, workdir: Path, warmup: int, ste
     from trl import GRPOConfig, GRPOTrainer
 
     from mmrlvr.data import Example, load_dataset
-    from mmrlvr.policy import load_processor
+    from mmrlvr.train.policy import load_processor
     from rewards.base import build_combined
 
     total = warmup + steps

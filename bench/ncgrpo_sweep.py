@@ -1,7 +1,7 @@
 """NC-GRPO α sweep on the tiny shapes task, and the latent-noise hook's rollout overhead.
 
 Builds everything it needs under --out: a tiny random-weight Qwen2.5-VL (`mmrlvr.tiny`), a
-shapes dataset (`modalities.shapes`), optionally a short SFT warm start (`mmrlvr.sft`). Then,
+shapes dataset (`mmrlvr.tasks.shapes`), optionally a short SFT warm start (`mmrlvr.train.sft`). Then,
 from that one start model and with equal budgets (same steps, prompts, group size, seed, data
 order), one GRPO run per α with `rollout.branching: {kind: latent_noise, fraction: 0.5, alpha}`.
 α = 0 tags half of each group "noisy" but displaces nothing: it is plain GRPO, token for token.
@@ -37,15 +37,15 @@ import torch
 import modalities
 from mmrlvr.config import load_config
 from mmrlvr.data import load_dataset
-from mmrlvr.evaluate import evaluate
-from mmrlvr.logger import read_metrics
-from mmrlvr.policy import Policy
+from mmrlvr.train.evaluate import evaluate
+from mmrlvr.train.logger import read_metrics
+from mmrlvr.train.policy import Policy
 from mmrlvr.rollout import SamplingParams, make_engine
 from mmrlvr.rollout.branching import Branching, find_decoder, make_plan
-from mmrlvr.sft import sft
-from mmrlvr.tiny import build_tiny
-from mmrlvr.trainer import train
-from modalities.shapes import make_shapes
+from mmrlvr.train.sft import sft
+from mmrlvr.tiny.build import build_tiny
+from mmrlvr.train.trainer import train
+from mmrlvr.tasks.shapes import make_shapes
 
 OVERHEAD_TARGET = 5.0                       # percent (the issue's target)
 MIN_PIXELS, MAX_PIXELS = 56 * 56, 112 * 112  # as configs/quickstart.yaml

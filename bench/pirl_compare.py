@@ -34,10 +34,10 @@ METHODS = {"GRPO": "medvqa_grpo_cpu.yaml", "MT-GRPO": "medvqa_multitemplate_cpu.
 def build_inputs(work: Path, args) -> tuple[Path, Path]:
     """Data and tiny model (reused when present)."""
     from mmrlvr.data import load_jsonl
-    from mmrlvr.stress_ops import FORMAT_INSTRUCTIONS, IRRELEVANT_CONTEXT, PARAPHRASES
-    from mmrlvr.templates import HELDOUT_TEMPLATES, TRAIN_TEMPLATES
-    from mmrlvr.tiny import build_tiny
-    from modalities.medvqa import make_medvqa
+    from mmrlvr.stress.ops import FORMAT_INSTRUCTIONS, IRRELEVANT_CONTEXT, PARAPHRASES
+    from mmrlvr.core.templates import HELDOUT_TEMPLATES, TRAIN_TEMPLATES
+    from mmrlvr.tiny.build import build_tiny
+    from mmrlvr.tasks.medvqa import make_medvqa
 
     data = work / "data"
     if not (data / "info.json").is_file():
@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> dict:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     from mmrlvr.config import load_config
-    from mmrlvr.sft import sft
-    from mmrlvr.stress import stress
-    from mmrlvr.trainer import train
+    from mmrlvr.train.sft import sft
+    from mmrlvr.stress.run import stress
+    from mmrlvr.train.trainer import train
 
     work = Path(args.workdir)
     data, tiny = build_inputs(work, args)

@@ -1,8 +1,8 @@
 """StructReward (+ rollout recycling) against plain GRPO on the CPU shapes task, side by side.
 
-Unless --sft-model is given, builds under --out: a shapes dataset (`modalities.shapes`, rows
+Unless --sft-model is given, builds under --out: a shapes dataset (`mmrlvr.tasks.shapes`, rows
 with reference `steps`), a tiny Qwen2.5-VL whose tokenizer learnt the data's words
-(`mmrlvr.tiny`) and a short SFT warm start (`mmrlvr.sft`). Then two GRPO runs from that one
+(`mmrlvr.tiny`) and a short SFT warm start (`mmrlvr.train.sft`). Then two GRPO runs from that one
 model with equal budgets (same steps, prompts, group size, seed, data order):
 
     plain         configs/shapes_structreward_cpu.yaml with the quickstart's rewards
@@ -40,14 +40,14 @@ import torch
 import modalities
 from mmrlvr.config import load_config
 from mmrlvr.data import load_dataset
-from mmrlvr.evaluate import evaluate
-from mmrlvr.logger import read_metrics
-from mmrlvr.policy import Policy
+from mmrlvr.train.evaluate import evaluate
+from mmrlvr.train.logger import read_metrics
+from mmrlvr.train.policy import Policy
 from mmrlvr.rollout import make_engine
-from mmrlvr.sft import sft
-from mmrlvr.tiny import build_tiny
-from mmrlvr.trainer import train
-from modalities.shapes import make_shapes
+from mmrlvr.train.sft import sft
+from mmrlvr.tiny.build import build_tiny
+from mmrlvr.train.trainer import train
+from mmrlvr.tasks.shapes import make_shapes
 from rewards.struct_steps import StructStepsReward
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "shapes_structreward_cpu.yaml"

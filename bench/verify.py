@@ -11,11 +11,19 @@ near-miss acceptance %, checks/second for both, and the speed ratio.
 
 Throughput of rewards.verify is measured cold (its caches cleared before each
 timed pass, best of ``--repeat`` passes); math-verify is timed over one pass.
+
+    python bench/verify.py --adversarial
+
+times instead each degenerate completion of ``adversarial_cases()`` (nested boxes, megabyte
+strings, tag floods, power towers, ...) through ``extract_outcome``, ``match_outcome`` and the
+accuracy reward, cold, best of ``--repeat``; each must finish under 50 ms with a bounded,
+fail-closed result (tests/test_verify_adversarial.py asserts 1 s and the outcomes).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 from pathlib import Path
@@ -28,6 +36,7 @@ from rewards.verify_cases import FAMILIES, FAST_FAMILIES, generate_cases
 TARGET_REWRITE = 99.5
 TARGET_NEAR = 0.0
 TARGET_SPEEDUP = 10.0
+TARGET_ADVERSARIAL_MS = 50.0
 
 
 def _clear_caches():
@@ -76,7 +85,10 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3, help="timed passes for rewards.verify (best kept)")
     ap.add_argument("--no-math-verify", action="store_true", help="skip the math-verify column")
     ap.add_argument("--show-failures", type=int, default=5, help="print up to N wrong verdicts of ours")
+    ap.add_argument("--adversarial", action="store_true", help="time degenerate completions instead")
     args = ap.parse_args(argv)
+    if args.adversarial:
+        return _adversarial(args.repeat)
 
     mv_parse = mv_verify = None
     if not args.no_math_verify:
@@ -189,6 +201,84 @@ def main(argv=None):
         for c, v in failures[: args.show_failures]:
             print(f"  {c.group}: gold={c.gold!r} pred={c.pred!r} -> {v}")
     return 0 if (ok_rw and ok_nm and ok_speed) else 1
+
+
+def adversarial_cases() -> list[tuple[str, str, str]]:
+    """(name, completion, gold): completions built to be slow to verify."""
+    rng = random.Random(0)
+    mb = 1 << 20
+    boxes = lambda k: "\\boxed{" * k + "1" + "}" * k  # noqa: E731
+    words = ["lorem", "ipsum", "dolor", "answer", "the", "is", "x", "2"]
+    return [
+        ("boxed nested 50", boxes(50), "1"),
+        ("boxed nested 400", boxes(400), "1"),
+        ("boxed nested 800", boxes(800), "1"),
+        ("boxed nested 10,000", boxes(10_000), "1"),
+        ("<answer> boxed nested 400", f"<answer>{boxes(400)}</answer>", "1"),
+        ("<answer> boxed nested 800", f"<answer>{boxes(800)}</answer>", "1"),
+        ("<answer> boxed nested 10,000", f"<answer>{boxes(10_000)}</answer>", "1"),
+        ("1 MB random braces/backslashes", "".join(rng.choice("{}\\") for _ in range(mb)), "1"),
+        ("130 KB random braces, boxes", "".join(rng.choice(["{", "}", "\\", "\\boxed{", "x"]) for _ in range(60_000)),
+         "1"),
+        ("1 MB plain text", " ".join(rng.choice(words) for _ in range(mb // 5))[:mb], "1"),
+        ("170 KB plain text + answer", " ".join(rng.choice(words) for _ in range(38_000)) + ". The answer is 42.",
+         "42"),
+        ("50,000 <answer> tags", "<answer>" * 50_000, "1"),
+        ("10,000 <answer> pairs + answer", "<answer>1</answer>" * 10_000 + "<answer>42</answer>", "42"),
+        ("unbalanced tags", "<answer>" * 10_000 + "</answer>" * 10_000, "1"),
+        ("\\frac nested 1,000", "\\boxed{" + "\\frac{" * 1000 + "1" + "}{2}" * 1000 + "}", "1"),
+        ("continued fraction x/(1+x/...) 20", "\\boxed{" + "\\frac{x}{1+" * 20 + "x" + "}" * 20 + "}", "x"),
+        ("10^{10^{10^{10}}}", "\\boxed{10^{10^{10^{10}}}}", "10"),
+        ("9^{9^{9^9}}", "\\boxed{9^{9^{9^9}}}", "9"),
+        ("e^{e^{e^{e^{e^{e^x}}}}}", "\\boxed{e^{e^{e^{e^{e^{e^{x}}}}}}}", "e^{e^{e^{e^{e^{e^{y}}}}}}"),
+        ("log_2 nested 30", "\\boxed{" + "\\log_{2}(" * 30 + "x" + ")" * 30 + "}", "x"),
+        ("24 sin^2+cos^2 terms", "\\boxed{" + "+".join(f"\\sin^2({k}x)+\\cos^2({k}x)" for k in range(1, 25)) + "}",
+         "24"),
+        ("100,000 digits", "\\boxed{" + "1" * 100_000 + "}", "1" * 99_999 + "2"),
+        ("2,000 digits", "\\boxed{" + "1" * 2000 + "}", "1" * 1999 + "2"),
+        ("\\sqrt nested 2,000", "\\boxed{" + "\\sqrt{" * 2000 + "2" + "}" * 2000 + "}", "2"),
+        ("19,000 spaces then 'or'", "<answer>A" + " " * 19_000 + "x or B</answer>", "A"),
+        ("'1 or ' x 3,900", "<answer>" + "1 or " * 3900 + "1</answer>", "1"),
+        ("set of 64, reversed", "\\boxed{\\{" + ",".join(f"x^{{{k}}}" for k in range(64)) + "\\}}",
+         "\\{" + ",".join(f"x^{{{k}}}" for k in range(63, -1, -1)) + "\\}"),
+    ]
+
+
+def _adversarial(repeat):
+    from mmrlvr.data import Example
+    from rewards.accuracy import AccuracyReward
+
+    reward = AccuracyReward()
+    verify.match("\\sin^2 x + \\cos^2 x", "1")  # sympy imported and warm outside the timed region
+
+    def best_ms(fn, *args):
+        best, out = float("inf"), None
+        for _ in range(repeat):
+            _clear_caches()
+            t0 = time.perf_counter()
+            out = fn(*args)
+            best = min(best, time.perf_counter() - t0)
+        return 1000 * best, out
+
+    head = ["completion", "chars", "extract ms", "extracted", "match ms", "verdict", "reward ms", "reward"]
+    rows, worst = [], 0.0
+    for name, text, gold in adversarial_cases():
+        t_ex, (answer, extracted) = best_ms(verify.extract_outcome, text)
+        # an answer that extracts is matched; otherwise the raw completion is, as an answer
+        t_m, verdict = best_ms(verify.match_outcome, answer if answer is not None else text, gold)
+        t_r, (score,) = best_ms(reward.score, Example(id=name, prompt="", answer=gold), [text])
+        worst = max(worst, t_ex, t_m, t_r)
+        shown = extracted if answer is None else f"{answer[:12]!r}" + ("..." if len(answer) > 12 else "")
+        rows.append([name, f"{len(text):,}", f"{t_ex:.2f}", shown, f"{t_m:.2f}", verdict, f"{t_r:.2f}",
+                     " ".join(f"{k}={v:g}" for k, v in score.items())])
+    widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    print(f"rewards.verify adversarial bench: cold, best of {repeat}")
+    for r in [head, ["-" * w for w in widths]] + rows:
+        print("| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |")
+    ok = worst < TARGET_ADVERSARIAL_MS
+    verdict = "PASS" if ok else "FAIL"
+    print(f"\ntarget: every call < {TARGET_ADVERSARIAL_MS:.0f} ms: worst {worst:.1f} ms -> {verdict}")
+    return 0 if ok else 1
 
 
 def _run_quiet(cases):

@@ -24,7 +24,7 @@ def _config_help() -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from mmrlvr.config import load_config
-    from mmrlvr.trainer import train
+    from mmrlvr.train.trainer import train
 
     if args.help_config:
         print(_config_help())
@@ -46,13 +46,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     from mmrlvr.config import load_config
-    from mmrlvr.sft import sft
+    from mmrlvr.train.sft import sft
 
     cfg = load_config(args.config, args.overrides)
     if args.pwsd_only:
         from pathlib import Path
 
-        from mmrlvr.sft import run_pwsd
+        from mmrlvr.train.sft import run_pwsd
         init = Path(cfg.sft.out_dir) / "final"
         if not (init / "config.json").is_file():
             print(f"--pwsd-only starts from the SFT model {init}, which does not exist; run "
@@ -70,8 +70,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import modalities
     from mmrlvr.config import ModelConfig
     from mmrlvr.data import load_dataset
-    from mmrlvr.evaluate import evaluate
-    from mmrlvr.policy import Policy, pick_device
+    from mmrlvr.train.evaluate import evaluate
+    from mmrlvr.train.policy import Policy, pick_device
     from mmrlvr.rollout import make_engine
 
     mcfg = ModelConfig(path=args.model, modality=args.modality, min_pixels=args.min_pixels,
@@ -103,7 +103,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_pretrain_vision(args: argparse.Namespace) -> int:
-    from mmrlvr.vision_pretrain import pretrain_vision
+    from mmrlvr.tiny.vision_pretrain import pretrain_vision
 
     summary = pretrain_vision(args.model, args.data, args.out, eval_data=args.eval,
                               steps=args.steps, batch_size=args.batch_size, lr=args.lr,
@@ -115,7 +115,7 @@ def cmd_pretrain_vision(args: argparse.Namespace) -> int:
 
 
 def cmd_tiny(args: argparse.Namespace) -> int:
-    from mmrlvr.tiny import build_tiny
+    from mmrlvr.tiny.build import build_tiny
 
     extra = []
     for path in args.corpus or []:
@@ -131,37 +131,25 @@ def cmd_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    families = args.families.split(",") if args.families else None
-    common = dict(n_train=args.n_train, n_test=args.n_test, seed=args.seed)
-    if args.task == "shapes":
-        from modalities.shapes import make_shapes
+    from mmrlvr.tasks import TASKS, TaskOptions
 
-        info = make_shapes(args.out, image_size=args.image_size, families=families, **common)
-    elif args.task == "medvqa":
-        from mmrlvr.loaders_medvqa import convert
-        from modalities.medvqa import make_medvqa
-
-        info = convert(args.from_spec, args.out) if args.from_spec else make_medvqa(
-            args.out, image_size=args.image_size, families=families, **common)
-    elif args.task == "tones":
-        from modalities.tones import convert, make_tones
-
-        info = convert(args.from_spec, args.out) if args.from_spec else make_tones(
-            args.out, families=families, **common)
-    elif args.task == "banners":
-        from modalities.banners import make_banners
-
-        info = make_banners(args.out, width=2 * args.image_size, height=args.image_size,
-                            pairs=families, compact=args.compact, **common)
+    task = TASKS.get(args.task)
+    if args.from_spec:
+        if task.convert is None:
+            print(f"mmrlvr data {args.task}: error: --from converts public releases, and "
+                  f"{args.task} has none (tasks with one: medvqa, tones)", file=sys.stderr)
+            return 2
+        info = task.convert(args.from_spec, Path(args.out))
     else:
-        print(f"unknown data task {args.task!r}", file=sys.stderr)
-        return 2
+        info = task.make(Path(args.out), TaskOptions(
+            n_train=args.n_train, n_test=args.n_test, seed=args.seed, image_size=args.image_size,
+            families=args.families.split(",") if args.families else None, compact=args.compact))
     print(json.dumps(info, indent=2))
     return 0
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from mmrlvr.patch import PatchError
+    from mmrlvr.patches.schema import PatchError
     from mmrlvr.translate import translate
 
     if args.eraser == "diffusers" and not args.inpaint_model:
@@ -184,7 +172,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 
 def cmd_stress(args: argparse.Namespace) -> int:
-    from mmrlvr.stress import stress
+    from mmrlvr.stress.run import stress
 
     report = stress(args.model, args.data, args.out, args.ops, modality=args.modality,
                     format_prompt=args.format_prompt, system_prompt=args.system_prompt,
@@ -198,7 +186,7 @@ def cmd_stress(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from mmrlvr.plan import cmd_plan as run_plan
+    from mmrlvr.train.plan import cmd_plan as run_plan
 
     return run_plan(args)
 
@@ -300,7 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(fn=cmd_pretrain_vision)
 
     d = sub.add_parser("data", help="synthetic datasets with verifiable answers")
-    d.add_argument("task", choices=["shapes", "medvqa", "tones", "banners"])
+    from mmrlvr.tasks import TASKS
+
+    d.add_argument("task", choices=TASKS.names(),
+                   help="shapes, medvqa (vision), tones (audio), banners (image translation)")
     d.add_argument("--out", required=True, help="output dir (train.jsonl, test.jsonl, images/)")
     d.add_argument("--n-train", type=int, default=2000)
     d.add_argument("--n-test", type=int, default=200)
@@ -320,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--model", required=True, help="run dir, model dir or hub id the adapters load")
     r.add_argument("--data", required=True, help="JSONL file, or vqarad:/slake:/pathvqa:PATH")
     r.add_argument("--out", required=True, help="report dir (report.md, report.json, stress.png)")
-    r.add_argument("--ops", nargs="*", help="operators (default: all); see mmrlvr.stress_ops")
+    r.add_argument("--ops", nargs="*", help="operators (default: all); see mmrlvr.stress.ops")
     r.add_argument("--modality", help="adapter name (default: the run's, else vision)")
     r.add_argument("--format-prompt", help="clean format instruction (default: the run's)")
     r.add_argument("--system-prompt", help="system prompt (default: the run's)")
@@ -388,13 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-shard load/save bars drown the run's own progress
-    from mmrlvr.checkpoint import CheckpointError
+    from mmrlvr.train.checkpoint import CheckpointError
     from mmrlvr.config import ConfigError
     from mmrlvr.data import DataError
-    from mmrlvr.parallel import LaunchError
-    from mmrlvr.policy import PolicyError
-    from mmrlvr.rundir import RunDirError
-    from mmrlvr.errors import TrainingError
+    from mmrlvr.train.parallel import LaunchError
+    from mmrlvr.train.policy import PolicyError
+    from mmrlvr.train.rundir import RunDirError
+    from mmrlvr.core.errors import TrainingError
     from rewards.base import RewardError
 
     try:

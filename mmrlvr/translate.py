@@ -21,8 +21,8 @@ from typing import Any
 
 from PIL import Image
 
-from mmrlvr.patch import Patch, PatchError, parse, to_html
-from mmrlvr.render import DiffusersInpainter, erase, render_layer, text_mask
+from mmrlvr.patches.schema import Patch, PatchError, parse, to_html
+from mmrlvr.patches.render import DiffusersInpainter, erase, render_layer, text_mask
 
 
 def compose(image: Image.Image, patch: Patch, *, erase_boxes: Patch | None = None,
@@ -72,7 +72,7 @@ def translate(model: str, image: str | Path, lang: str, out: str | Path, *,
     """Run the pipeline above; returns what OUT.json holds."""
     import modalities
     from mmrlvr.config import ModelConfig
-    from mmrlvr.policy import Policy, pick_device
+    from mmrlvr.train.policy import Policy, pick_device
     from mmrlvr.rollout import make_engine
     from mmrlvr.rollout.base import SamplingParams
     from modalities.image_translation import make_example

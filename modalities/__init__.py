@@ -1,28 +1,21 @@
 """Modality adapters, found by name: `modalities.get("vision", **options)`."""
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from mmrlvr.core.registry import Registry
 from modalities.base import Adapter
 
-_ADAPTERS = {
-    "vision": "modalities.vision:VisionAdapter",
-    "audio": "modalities.audio:AudioAdapter",
-    "image_translation": "modalities.image_translation:ImageTranslationAdapter",
-}
-
-
-def register(name: str, target: str) -> None:
-    """Make `get(name)` build the class at `module:Class`."""
-    _ADAPTERS[name] = target
+ADAPTERS = Registry("modality")
+ADAPTERS.register("vision", "modalities.vision:VisionAdapter")
+ADAPTERS.register("audio", "modalities.audio:AudioAdapter")
+ADAPTERS.register("image_translation", "modalities.image_translation:ImageTranslationAdapter")
+register = ADAPTERS.register
+"""`modalities.register(name, "module:Class")`: a new model family is a new adapter file."""
 
 
 def get(name: str, **options: Any) -> Adapter:
-    if name not in _ADAPTERS:
-        raise KeyError(f"unknown modality {name!r}; known: {sorted(_ADAPTERS)}")
-    module, _, cls = _ADAPTERS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)(**options)
+    return ADAPTERS.build(name, **options)
 
 
-__all__ = ["Adapter", "get", "register"]
+__all__ = ["ADAPTERS", "Adapter", "get", "register"]

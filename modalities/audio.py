@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from mmrlvr.data import DataError, Example
-from mmrlvr.types import PromptBatch
+from mmrlvr.core.types import PromptBatch
 from modalities.base import Adapter
 
 AUDIO_TOKEN = "<|AUDIO|>"

@@ -11,11 +11,7 @@ from typing import Any
 import torch
 
 from mmrlvr.data import Example
-from mmrlvr.types import PromptBatch
-
-# Keys whose first dimension is the batch (one row per sample).
-TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
-
+from mmrlvr.core.types import PromptBatch, select
 
 class Adapter:
     """Base class: subclasses set `name`, `media_keys` and implement `encode`."""
@@ -76,6 +72,23 @@ class Adapter:
         out.update(media)
         return out
 
+    def vllm_media(self, example: Example) -> dict[str, list]:
+        """The example's media as vLLM's `multi_modal_data` (none by default)."""
+        return {}
+
+    def privileged_example(self, example: Example) -> Example:
+        """The example as PWSD's privileged teacher sees it; only some modalities have one."""
+        raise NotImplementedError(f"modality {self.name!r} has no privileged teacher prompt "
+                                  "(PWSD needs the image_translation modality)")
+
+    def encode_privileged(self, examples: list[Example], processor: Any,
+                          **options: Any) -> PromptBatch:
+        """`encode` of the privileged examples (PWSD's teacher prompts); the batch keeps the
+        original examples (rewards and ids stay the student's)."""
+        batch = self.encode([self.privileged_example(ex) for ex in examples], processor, **options)
+        batch.examples = list(examples)
+        return batch
+
     def generation_inputs(self, model: torch.nn.Module, batch: PromptBatch,
                           inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`generate` kwargs for un-expanded prompts (default: the processed inputs as they are)."""
@@ -103,46 +116,3 @@ class Adapter:
             zeros = torch.zeros_like(completion_ids, dtype=inputs["mm_token_type_ids"].dtype)
             out["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], zeros], dim=1)
         return out
-
-
-def select(batch: PromptBatch, index: list[int]) -> tuple[dict[str, torch.Tensor], list[dict]]:
-    """Inputs for samples `index` (repeats allowed), media cut per sample by its own rows."""
-    idx = torch.tensor(index, dtype=torch.long)
-    media_keys = {k for r in batch.media_rows for k in r}
-    out: dict[str, torch.Tensor] = {}
-    for key, value in batch.inputs.items():
-        if key not in media_keys:
-            out[key] = value.index_select(0, idx.to(value.device)) if torch.is_tensor(value) else value
-    pieces: dict[str, list[torch.Tensor]] = {k: [] for k in media_keys}
-    offsets = dict.fromkeys(media_keys, 0)
-    rows = []
-    for i in index:
-        new = {}
-        for key, (start, stop) in batch.media_rows[i].items():
-            pieces[key].append(batch.inputs[key][start:stop])
-            new[key] = (offsets[key], offsets[key] + stop - start)
-            offsets[key] += stop - start
-        rows.append(new)
-    for key, parts in pieces.items():
-        if parts:
-            out[key] = torch.cat(parts, dim=0)
-    return out, rows
-
-
-def subset(batch: PromptBatch, index: list[int]) -> PromptBatch:
-    """A PromptBatch of samples `index` (repeats allowed), e.g. each prompt G times."""
-    inputs, rows = select(batch, index)
-    texts = [batch.prompt_texts[i] for i in index] if batch.prompt_texts else []
-    return PromptBatch([batch.examples[i] for i in index], inputs, rows, texts, batch.prompt_options)
-
-
-def to_device(inputs: dict[str, Any], device: torch.device | str,
-              float_dtype: torch.dtype | None = None) -> dict[str, Any]:
-    out = {}
-    for k, v in inputs.items():
-        if torch.is_tensor(v):
-            v = v.to(device)
-            if float_dtype is not None and v.is_floating_point():
-                v = v.to(float_dtype)
-        out[k] = v
-    return out

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from mmrlvr.data import DataError, Example
-from mmrlvr.types import PromptBatch
+from mmrlvr.core.types import PromptBatch
 from modalities.vision import VisionAdapter
 
 LANGUAGES: dict[str, str] = {"en": "English", "de": "German", "fr": "French", "es": "Spanish",
@@ -26,7 +26,7 @@ def language_name(code: str) -> str:
 
 def instruction(target: str, source: str | None = None, compact: bool = False) -> str:
     """The student's task text for translating an image's text into `target` (`compact`: ask
-    for the compact `<p x= y= w= h= s=>` form of `mmrlvr.patch`)."""
+    for the compact `<p x= y= w= h= s=>` form of `mmrlvr.patches.schema`)."""
     src = f" from {language_name(source)}" if source else ""
     if compact:      # short, and the language last: a tiny model attends to the recent tokens
         return (f"Write a compact HTML patch (one <p> per text box: x, y, w, h, size, font, "
@@ -60,11 +60,6 @@ def make_example(image: Any, target: str, *, source: str | None = None,
 class ImageTranslationAdapter(VisionAdapter):
     name = "image_translation"
 
-    def encode_privileged(self, examples: list[Example], processor: Any, system_prompt: str = "",
-                          format_prompt: str = "", **options: Any) -> PromptBatch:
-        """The teacher's PromptBatch: each example's image with `privileged_prompt`."""
-        teacher = [privileged_example(ex) for ex in examples]
-        batch = self.encode(teacher, processor, system_prompt=system_prompt,
-                            format_prompt=format_prompt, **options)
-        batch.examples = list(examples)
-        return batch
+    def privileged_example(self, example: Example) -> Example:
+        """The same image with `privileged_prompt` (the source-language patch) as the prompt."""
+        return privileged_example(example)

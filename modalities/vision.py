@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from mmrlvr.data import DataError, Example
-from mmrlvr.types import PromptBatch
+from mmrlvr.core.types import PromptBatch
 from modalities.base import Adapter
 
 

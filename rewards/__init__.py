@@ -17,63 +17,57 @@ on a reward that fails every time or hangs. Built-in rewards run inline, as writ
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from pathlib import Path
 from typing import Any, Callable
 
+from mmrlvr.core.registry import Registry, UnknownName
 from rewards.base import Reward, RewardError, lift
 
-_REGISTRY: dict[str, Callable[..., Reward]] = {}
-_BUILTIN_MODULES = ("rewards.accuracy", "rewards.format", "rewards.pirl", "rewards.struct_steps",
-                    "rewards.audio_rubrics", "rewards.translation")
+REWARDS = Registry("reward")
+for _name, _target in {
+        "accuracy": "rewards.accuracy:AccuracyReward",
+        "format": "rewards.format:FormatReward",
+        "pirl": "rewards.pirl:PirlReward",
+        "struct_steps": "rewards.struct_steps:StructStepsReward",
+        "audio_rubrics": "rewards.audio_rubrics:AudioRubricsReward",
+        "translation": "rewards.translation:TranslationReward"}.items():
+    REWARDS.register(_name, _target)
 
-
-def register(name: str):
-    """Class or function decorator: make `rewards.get(name, **options)` build it."""
-    def wrap(factory):
-        _REGISTRY[name] = factory
-        return factory
-    return wrap
-
-
-def _load_builtins() -> None:
-    for mod in _BUILTIN_MODULES:
-        importlib.import_module(mod)
+register = REWARDS.register
+"""`@rewards.register("name")` on a reward class or function makes `rewards.get("name")` build it."""
 
 
 def _load_user(spec: str) -> Callable:
     path, _, func = spec.rpartition(":")
     file = Path(path)
     if not file.is_file():
-        raise KeyError(f"reward {spec!r}: file {file} not found")
+        raise UnknownName(f"reward {spec!r}: file {file} not found")
     module_spec = importlib.util.spec_from_file_location(f"mmrlvr_user_reward_{file.stem}", file)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     if not hasattr(module, func):
-        raise KeyError(f"reward {spec!r}: {file} defines no '{func}'")
+        raise UnknownName(f"reward {spec!r}: {file} defines no '{func}'")
     return getattr(module, func)
 
 
 def get(name: str, **options: Any) -> Reward:
     """Build the reward registered as `name`, or load `file.py:function` (lifted if plain)."""
-    _load_builtins()
-    if name in _REGISTRY:
-        return _REGISTRY[name](**options)
     if ".py:" in name:
         obj = _load_user(name)
         if isinstance(obj, type):
             return obj(**options)
-        if hasattr(obj, "score"):
+        if callable(getattr(obj, "score", None)):
             return obj
         return lift(obj, name=name, **options)
-    raise KeyError(f"unknown reward {name!r}; registered: {sorted(_REGISTRY)} "
-                   "(or give 'path/to/file.py:function')")
+    factory = REWARDS.get(name)                 # an unknown name: an error naming the known ones
+    if isinstance(factory, type):
+        return factory(**options)
+    return lift(factory, name=name, **options)  # a registered plain function
 
 
 def names() -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY)
+    return REWARDS.names()
 
 
-__all__ = ["Reward", "RewardError", "get", "lift", "names", "register"]
+__all__ = ["REWARDS", "Reward", "RewardError", "get", "lift", "names", "register"]

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from mmrlvr.data import Example
-from rewards import register
 from rewards.audio_evidence import evidence_for, static_rubrics
 from rewards.format import is_well_formatted
 from rewards.rubric_judges import (
@@ -192,6 +191,3 @@ class AudioRubricsReward:
             table.append({**r.to_dict(), "weight": w, "kept": True, "verdicts": verdicts,
                           "satisfied": sat, "std": _std(sat)})
         return rubric, table
-
-
-register("audio_rubrics")(AudioRubricsReward)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import re
 
 from mmrlvr.data import Example
-from rewards import register
 
 _THINK_ANSWER = re.compile(r"^\s*<think>(.+?)</think>\s*<answer>(.+?)</answer>\s*$", re.DOTALL)
 _THINK_BOXED = re.compile(r"^\s*<think>(.+?)</think>.*\\boxed\{.+\}\s*$", re.DOTALL)
@@ -28,6 +27,3 @@ class FormatReward:
 
     def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
         return [{"overall": float(is_well_formatted(c, self.allow_boxed))} for c in completions]
-
-
-register("format")(FormatReward)

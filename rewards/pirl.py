@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 
 from mmrlvr.data import Example
-from rewards import register
 from rewards.format import is_well_formatted
 from rewards.verify import extract_answer, match
 
@@ -91,6 +90,3 @@ class PirlReward:
             out.append({"overall": value, "correct": correct, "format": float(formatted),
                         "r_mid": r_mid})
         return out
-
-
-register("pirl")(PirlReward)

@@ -49,7 +49,6 @@ from collections import Counter
 from collections.abc import Callable
 
 from mmrlvr.data import Example
-from rewards import register
 from rewards.format import is_well_formatted
 from rewards.verify import detect_kind, extract_answer, match
 
@@ -364,6 +363,3 @@ class StructStepsReward:
     def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
         refs = reference_steps(example.steps)
         return [self.score_one(example, text, refs) for text in completions]
-
-
-register("struct_steps")(StructStepsReward)

@@ -2,7 +2,7 @@
 
     R = λ_format·format + λ_position·position + λ_translation·translation + λ_style·style
 
-    format       1 when the patch parses (`mmrlvr.patch.parse`) and renders (PIL), else 0
+    format       1 when the patch parses (`mmrlvr.patches.schema.parse`) and renders (PIL), else 0
     position     Σ IoU over Hungarian-matched (pred, ref) box pairs / max(#pred, #ref)
     translation  chrF (sacrebleu, 0..1) of the predicted texts against the reference texts, each
                  joined in reading order (top to bottom, left to right); `metric: comet` calls
@@ -24,8 +24,7 @@ import re
 import numpy as np
 
 from mmrlvr.data import Example
-from mmrlvr.patch import Patch, PatchError, TextBox, parse
-from rewards import register
+from mmrlvr.patches.schema import Patch, PatchError, TextBox, parse
 
 DEFAULT_WEIGHTS = {"format": 0.1, "position": 0.3, "translation": 0.4, "style": 0.2}
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -80,7 +79,7 @@ def chrf(hypothesis: str, reference: str) -> float:
 
 
 def renders(patch: Patch, size: tuple[int, int]) -> bool:
-    from mmrlvr.render import RenderError, render_layer
+    from mmrlvr.patches.render import RenderError, render_layer
 
     from PIL import Image
 
@@ -176,6 +175,3 @@ class TranslationReward:
             r.setdefault("weight", 0.0)
             r["overall"] = sum(self.weights[k] * r[k] for k in DEFAULT_WEIGHTS)
         return results
-
-
-register("translation")(TranslationReward)

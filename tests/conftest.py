@@ -11,7 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.fixture(scope="session")
 def shapes_dir(tmp_path_factory):
-    from modalities.shapes import make_shapes
+    from mmrlvr.tasks.shapes import make_shapes
 
     out = tmp_path_factory.mktemp("shapes")
     make_shapes(out, n_train=96, n_test=24, seed=0, image_size=56)
@@ -21,14 +21,14 @@ def shapes_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_vl(tmp_path_factory):
     """A tiny Qwen2.5-VL model dir (random weights, real classes)."""
-    from mmrlvr.tiny import build_tiny
+    from mmrlvr.tiny.build import build_tiny
 
     return build_tiny("qwen2.5-vl", tmp_path_factory.mktemp("tiny-qwen25vl"))
 
 
 @pytest.fixture(scope="session")
 def tiny_qwen2vl(tmp_path_factory):
-    from mmrlvr.tiny import build_tiny
+    from mmrlvr.tiny.build import build_tiny
 
     return build_tiny("qwen2-vl", tmp_path_factory.mktemp("tiny-qwen2vl"))
 
@@ -40,7 +40,7 @@ def policy(tiny_vl):
 
     import modalities
     from mmrlvr.config import ModelConfig
-    from mmrlvr.policy import Policy
+    from mmrlvr.train.policy import Policy
 
     torch.manual_seed(0)
     return Policy.load(ModelConfig(path=str(tiny_vl)), modalities.get("vision"), torch.device("cpu"))

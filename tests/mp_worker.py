@@ -23,8 +23,9 @@ def main(config: str, out: str) -> None:
     from mmrlvr.algo import group_advantages
     from mmrlvr.config import load_config
     from mmrlvr.rollout import SamplingParams
-    from mmrlvr.trainer import build_run, policy_update, seed_everything
-    from modalities.base import subset
+    from mmrlvr.train.setup import build_run, seed_everything
+    from mmrlvr.train.update import policy_update
+    from mmrlvr.core.types import subset
 
     cfg = load_config(config)
     run, _ = build_run(cfg)

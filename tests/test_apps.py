@@ -191,7 +191,7 @@ def test_translation_checks_the_image_then_says_why(ctx, image, tmp_path):
 
 
 def test_robustness_runs_every_applicable_operator_in_one_table(ctx, image):
-    from mmrlvr.stress_ops import OPERATORS
+    from mmrlvr.stress.ops import OPERATORS
 
     rows, gallery, status = robustness_tab.run(ctx, image, "How many shapes are in the image?",
                                                gold="2", max_new_tokens=8)
@@ -220,7 +220,7 @@ def test_robustness_runs_every_applicable_operator_in_one_table(ctx, image):
 
 
 def test_robustness_with_options_runs_the_option_and_task_altering_operators(ctx, image):
-    from mmrlvr.stress_ops import OPERATORS
+    from mmrlvr.stress.ops import OPERATORS
 
     rows, gallery, status = robustness_tab.run(
         ctx, image, "Which shape is shown?", gold="B", max_new_tokens=8,
@@ -238,7 +238,7 @@ def test_robustness_with_options_runs_the_option_and_task_altering_operators(ctx
 
 
 def test_robustness_table_marks_flips_against_the_clean_answer():
-    from mmrlvr.stress_ops import OPERATORS, Variant, apply
+    from mmrlvr.stress.ops import OPERATORS, Variant, apply
 
     ex = Example(id="t", prompt="q", answer="3")
     cases = [("clean", "-", Variant(ex, "")), ("blur", "image", Variant(ex, "")),
@@ -307,7 +307,7 @@ def test_monitor_says_what_is_missing(tmp_path):
 def test_load_context_takes_prompts_and_pixels_from_the_run(tiny_vl, tmp_path):
     from apps.launcher import load_context
     from mmrlvr.cli import build_parser, cmd_demo
-    from mmrlvr.policy import PolicyError
+    from mmrlvr.train.policy import PolicyError
 
     run = write_run(tmp_path / "run")
     ctx = load_context(str(tiny_vl), str(run), device="cpu")

@@ -13,10 +13,10 @@ import torch
 import modalities
 from mmrlvr.config import ModelConfig
 from mmrlvr.data import DataError, Example
-from mmrlvr.policy import Policy
+from mmrlvr.train.policy import Policy
 from mmrlvr.rollout import SamplingParams, make_engine
 from modalities.audio import AudioWarning, read_audio
-from modalities.base import select
+from mmrlvr.core.types import select
 
 SR = 16000
 
@@ -28,7 +28,7 @@ def _tone(freq, seconds, amp=0.5, sr=SR):
 
 @pytest.fixture(scope="module", params=["qwen2-audio", "qwen2.5-omni"])
 def tiny_audio(request, tmp_path_factory):
-    from mmrlvr.tiny import build_tiny
+    from mmrlvr.tiny.build import build_tiny
 
     return build_tiny(request.param, tmp_path_factory.mktemp(request.param.replace(".", "_")))
 
@@ -236,7 +236,7 @@ def test_silent_upsampled_and_overlong_audio_warn_naming_the_file(tmp_path):
 
 
 def test_chunked_long_clip_becomes_several_audio_entries(tiny_audio, tmp_path):
-    from mmrlvr.policy import load_processor
+    from mmrlvr.train.policy import load_processor
 
     sf.write(tmp_path / "long.wav", _tone(500, 7.5), SR)
     processor = load_processor(str(tiny_audio))
@@ -248,7 +248,7 @@ def test_chunked_long_clip_becomes_several_audio_entries(tiny_audio, tmp_path):
 
 
 def test_audio_stress_operators_corrupt_the_clip_and_keep_the_gold(clips):
-    from mmrlvr.stress_ops import OPERATORS, apply, gold_preserved
+    from mmrlvr.stress.ops import OPERATORS, apply, gold_preserved
 
     ex = Example(id="t-1", prompt="Which is higher?\nA. first\nB. second", answer="B",
                  choices=["first", "second"], audios=[str(clips / "a.wav")])

@@ -8,10 +8,10 @@ import pytest
 import rewards
 from mmrlvr.cli import main
 from mmrlvr.data import load_jsonl
-from mmrlvr.patch import parse, validate
-from mmrlvr.render import text_width
-from mmrlvr.sft import sft_target
-from modalities.banners import PAIRS, PHRASES, make_banners
+from mmrlvr.patches.schema import parse, validate
+from mmrlvr.patches.render import text_width
+from mmrlvr.train.sft import sft_target
+from mmrlvr.tasks.banners import PAIRS, PHRASES, make_banners
 from rewards.translation import extract_patch
 
 

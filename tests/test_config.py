@@ -269,13 +269,13 @@ def test_cli_help_config_prints_every_key(capsys):
 
 
 def test_cli_train_with_unknown_key_exits_2_before_loading_a_model(tmp_path, capsys, monkeypatch):
-    import mmrlvr.trainer
+    import mmrlvr.train.trainer
     from mmrlvr.cli import main
 
     def no_training(*args, **kwargs):
         raise AssertionError("train() must not run for a bad config")
 
-    monkeypatch.setattr(mmrlvr.trainer, "train", no_training)
+    monkeypatch.setattr(mmrlvr.train.trainer, "train", no_training)
     bad = _write(tmp_path, """
         model: {path: /nonexistent/model}
         rollout:

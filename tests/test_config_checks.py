@@ -160,12 +160,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def no_training(monkeypatch):
-    import mmrlvr.trainer
+    import mmrlvr.train.trainer
 
     def train(*args, **kwargs):
         raise AssertionError("train() must not run for a bad config")
 
-    monkeypatch.setattr(mmrlvr.trainer, "train", train)
+    monkeypatch.setattr(mmrlvr.train.trainer, "train", train)
 
 
 # --- ranges -----------------------------------------------------------------------------------
@@ -435,7 +435,7 @@ def test_check_model_path_leaves_an_uncached_hub_id_to_download_when_online(monk
 def test_policy_loaders_say_the_model_is_missing(loader):
     import torch
 
-    import mmrlvr.policy as policy
+    import mmrlvr.train.policy as policy
 
     load = getattr(policy, loader)
     args = ("nobody/NoSuchModel-7B",) + ((torch.float32,) if loader == "load_model" else ())
@@ -450,7 +450,7 @@ def test_policy_loaders_report_a_failed_download_in_one_line(loader, monkeypatch
     import huggingface_hub
     import torch
 
-    import mmrlvr.policy as policy
+    import mmrlvr.train.policy as policy
 
     # check_model_path lets the id through as downloadable; transformers, still offline, fails
     monkeypatch.setattr(huggingface_hub, "is_offline_mode", lambda: False)

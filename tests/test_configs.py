@@ -46,7 +46,7 @@ def test_cpu_runs_never_import_vllm(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys, mmrlvr.trainer, mmrlvr.rollout, mmrlvr.cli, modalities.vision; "
+    code = ("import sys, mmrlvr.train.trainer, mmrlvr.rollout, mmrlvr.cli, modalities.vision; "
             "print('vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

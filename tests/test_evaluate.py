@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from mmrlvr.data import Example
-from mmrlvr.evaluate import evaluate
+from mmrlvr.train.evaluate import evaluate
 from mmrlvr.rollout import make_engine
 
 

@@ -19,12 +19,12 @@ import pytest
 import torch
 import yaml
 
-from mmrlvr.checkpoint import MARKER, CheckpointError
+from mmrlvr.train.checkpoint import MARKER, CheckpointError
 from mmrlvr.config import load_config
-from mmrlvr.errors import TrainingError
-from mmrlvr.logger import read_metrics
-from mmrlvr.rundir import RunDirError
-from mmrlvr.trainer import train
+from mmrlvr.core.errors import TrainingError
+from mmrlvr.train.logger import read_metrics
+from mmrlvr.train.rundir import RunDirError
+from mmrlvr.train.trainer import train
 from rewards.base import RewardError
 
 REWARDS = '''
@@ -127,9 +127,9 @@ def test_a_reward_that_hangs_times_out_and_the_run_goes_on(tmp_path, tiny_vl, sh
 
 def test_a_non_finite_loss_skips_the_step_and_keeps_the_weights(tmp_path, tiny_vl, shapes_dir,
                                                                   monkeypatch):
-    import mmrlvr.trainer as trainer
+    import mmrlvr.train.update as update
 
-    real = trainer.grpo_loss
+    real = update.grpo_loss
     calls = {"n": 0}
 
     def nan_on_first_step(*args, **kwargs):
@@ -137,7 +137,7 @@ def test_a_non_finite_loss_skips_the_step_and_keeps_the_weights(tmp_path, tiny_v
         calls["n"] += 1
         return (loss * float("nan"), st) if calls["n"] == 1 else (loss, st)
 
-    monkeypatch.setattr(trainer, "grpo_loss", nan_on_first_step)
+    monkeypatch.setattr(update, "grpo_loss", nan_on_first_step)
     path = config(tmp_path, tiny_vl, shapes_dir, "run", None, train={"steps": 2, "micro_batch": 64})
     train(load_config(path), progress=False)
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
@@ -152,10 +152,10 @@ def test_a_non_finite_loss_skips_the_step_and_keeps_the_weights(tmp_path, tiny_v
 
 def test_only_skipped_steps_stop_the_run_naming_the_first_cause(tmp_path, tiny_vl, shapes_dir,
                                                                  monkeypatch):
-    import mmrlvr.trainer as trainer
+    import mmrlvr.train.update as update
 
-    real = trainer.grpo_loss
-    monkeypatch.setattr(trainer, "grpo_loss",
+    real = update.grpo_loss
+    monkeypatch.setattr(update, "grpo_loss",
                         lambda *a, **k: (real(*a, **k)[0] * float("nan"), real(*a, **k)[1]))
     path = config(tmp_path, tiny_vl, shapes_dir, "run", None,
                   train={"steps": 6, "max_skipped_steps": 2})
@@ -210,7 +210,7 @@ def test_a_full_disk_is_named_before_a_checkpoint_is_written(tmp_path, tiny_vl, 
                                                              monkeypatch):
     import collections
 
-    import mmrlvr.checkpoint as checkpoint
+    import mmrlvr.train.checkpoint as checkpoint
 
     usage = collections.namedtuple("usage", "total used free")
     monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: usage(10 << 20, 9 << 20, 1 << 20))
@@ -222,7 +222,7 @@ def test_a_full_disk_is_named_before_a_checkpoint_is_written(tmp_path, tiny_vl, 
 
 
 def test_run_dir_errors_are_clear(tmp_path):
-    from mmrlvr.rundir import claim
+    from mmrlvr.train.rundir import claim
 
     lock = claim(tmp_path / "r", resume=False)
     with pytest.raises(RunDirError, match="in use by pid"):

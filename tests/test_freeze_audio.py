@@ -5,8 +5,8 @@ import torch
 
 import modalities
 from mmrlvr.config import ModelConfig
-from mmrlvr.policy import Policy
-from mmrlvr.tiny_audio import build_tiny_audio
+from mmrlvr.train.policy import Policy
+from mmrlvr.tiny.audio import build_tiny_audio
 
 
 def test_freeze_audio_fixes_the_audio_tower_only(tmp_path):

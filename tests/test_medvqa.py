@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 
 from mmrlvr.data import DataError, Example, load_dataset, load_jsonl
-from mmrlvr.loaders_medvqa import convert, load_any, load_pathvqa, load_slake, load_vqarad
-from mmrlvr.templates import split_options
-from modalities.medvqa import FAMILIES, Study, make_medvqa
+from mmrlvr.tasks.medvqa_public import convert, load_any, load_pathvqa, load_slake, load_vqarad
+from mmrlvr.core.templates import split_options
+from mmrlvr.tasks.medvqa import FAMILIES, Study, make_medvqa
 from rewards.verify import detect_kind, match
 
 

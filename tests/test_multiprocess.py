@@ -20,8 +20,8 @@ import pytest
 import torch
 import yaml
 
-from mmrlvr.checkpoint import MARKER, latest_checkpoint
-from mmrlvr.logger import read_metrics
+from mmrlvr.train.checkpoint import MARKER, latest_checkpoint
+from mmrlvr.train.logger import read_metrics
 
 HERE = Path(__file__).parent
 VOLATILE = ("time/", "perf/")
@@ -258,7 +258,7 @@ def test_deepspeed_through_accelerate_is_refused_before_loading(tmp_path, tiny_v
 
 @pytest.mark.parametrize("strategy, teacher", [("ddp", "live"), ("fsdp2", "frozen")])
 def test_sft_then_pwsd_on_two_processes(tmp_path, tiny_vl, strategy, teacher):
-    from modalities.banners import make_banners
+    from mmrlvr.tasks.banners import make_banners
 
     data = tmp_path / "banners"
     make_banners(data, n_train=8, n_test=0, width=112, height=56, seed=1)

@@ -23,7 +23,7 @@ from mmrlvr.rollout.branching import (
     latent_noise,
     make_plan,
 )
-from mmrlvr.types import Rollouts
+from mmrlvr.core.types import Rollouts
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 G = 4                       # 2 clean + 2 noisy per group at fraction 0.5
@@ -229,7 +229,7 @@ def test_training_logprobs_come_from_the_clean_model(policy, prompts):
     roll = sample(policy, prompts, {"kind": "latent_noise", "alpha": 0.4, "site": "final_hidden"})
     decoder = find_decoder(policy.model)
     assert not decoder.norm._forward_hooks and not decoder.layers[-1]._forward_pre_hooks
-    from modalities.base import select
+    from mmrlvr.core.types import select
 
     rows = list(range(2 * G))
     inputs, _ = select(prompts, [r // G for r in rows])
@@ -327,7 +327,8 @@ def test_branching_config_errors_and_shipped_configs():
 
 
 def test_grpo_step_with_alpha0_is_plain_grpo_and_logs_branch_metrics(tmp_path, tiny_vl, shapes_dir):
-    from mmrlvr.trainer import build_run, grpo_step
+    from mmrlvr.train.setup import build_run
+    from mmrlvr.train.trainer import grpo_step
     from rewards.verify import reset_stats
 
     (tmp_path / "shaped.py").write_text(   # length-shaped: spread (so an update) on random weights

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmrlvr.patch import Patch, PatchError, TextBox, parse, to_html, validate
+from mmrlvr.patches.schema import Patch, PatchError, TextBox, parse, to_html, validate
 
 GOOD = ('<div class="patch" style="width:200px;height:100px">'
         '<div style="left:10px;top:5px;width:180px;height:30px;font-family:\'DejaVu Serif\';'
@@ -87,7 +87,7 @@ def test_scaling_maps_boxes_and_sizes_to_another_canvas():
 # ----------------------------------------------------------------------------- compact form
 
 def test_compact_form_means_the_same_boxes_as_the_canonical_html():
-    from mmrlvr.patch import to_compact
+    from mmrlvr.patches.schema import to_compact
 
     p = parse(GOOD)
     compact = to_compact(p)

@@ -13,7 +13,7 @@ from mmrlvr.data import Example
 from mmrlvr.objectives import StepContext, build
 from mmrlvr.objectives.pirl_consistency import PirlConsistency, instruction_mask, token_kl
 from mmrlvr.rollout import SamplingParams, make_engine
-from mmrlvr.templates import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, apply_templates
+from mmrlvr.core.templates import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, apply_templates
 from rewards.base import build_combined
 
 CONFIGS = Path(__file__).parent.parent / "configs"
@@ -87,7 +87,7 @@ def test_shipped_configs_train_on_the_pool_and_never_on_held_out_templates():
 @pytest.fixture(scope="module")
 def med_examples(tmp_path_factory):
     from mmrlvr.data import load_jsonl
-    from modalities.medvqa import make_medvqa
+    from mmrlvr.tasks.medvqa import make_medvqa
 
     out = tmp_path_factory.mktemp("med")
     make_medvqa(out, n_train=6, n_test=0, image_size=56)
@@ -180,7 +180,7 @@ def test_objective_loss_backpropagates_and_zero_epsilon_gives_zero(policy, rollo
 
 # -- end to end: PIRL on, and PIRL off = the plain GRPO step ------------------------------------
 def _run(tmp_path, tiny_vl, data, name, config, overrides=()):
-    from mmrlvr.trainer import build_run
+    from mmrlvr.train.setup import build_run
 
     cfg = load_config(CONFIGS / config, [
         f"model.path={tiny_vl}", f"data.train={data}", "data.eval=", "rollout.group_size=2",
@@ -192,7 +192,7 @@ def _run(tmp_path, tiny_vl, data, name, config, overrides=()):
 
 
 def _step(run):
-    from mmrlvr.trainer import grpo_step
+    from mmrlvr.train.trainer import grpo_step
     from rewards.verify import reset_stats
 
     reset_stats()                      # parse-failure counters are process-wide

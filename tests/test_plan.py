@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mmrlvr.config import ConfigError, load_config
-from mmrlvr.plan import GiB, make_plan
+from mmrlvr.train.plan import GiB, make_plan
 
 ROOT = Path(__file__).parent.parent
 RECIPES_7B = sorted((ROOT / "configs").glob("*7b*.yaml"))
@@ -29,7 +29,7 @@ def _row(plan, prefix):
 def _loaded(tiny_vl, *overrides):
     """The Policy the trainer would build for these settings (real weights, CPU)."""
     import modalities
-    from mmrlvr.policy import Policy
+    from mmrlvr.train.policy import Policy
 
     cfg = _cfg(tiny_vl, *overrides)
     return Policy.load(cfg.model, modalities.get("vision"), torch.device("cpu"))
@@ -47,8 +47,8 @@ def test_param_count_equals_the_loaded_models(tiny_vl):
 @pytest.mark.parametrize("kind", ["qwen2-audio", "qwen2.5-omni"])
 def test_audio_models_count_as_load_model_builds_them(kind, tmp_path):
     """Qwen2-Audio through its architectures class, the full Omni config through its thinker."""
-    from mmrlvr.policy import load_model
-    from mmrlvr.tiny import build_tiny
+    from mmrlvr.train.policy import load_model
+    from mmrlvr.tiny.build import build_tiny
 
     path = build_tiny(kind, tmp_path / kind)
     plan = make_plan(_cfg(path, "model.modality=audio", "model.freeze_audio=true"), gpus=1,

@@ -8,10 +8,10 @@ from PIL import Image
 import modalities
 from mmrlvr.config import ModelConfig
 from mmrlvr.data import DataError, Example
-from mmrlvr.policy import Policy
+from mmrlvr.train.policy import Policy
 from mmrlvr.rollout import SamplingParams, make_engine
 from mmrlvr.rollout.base import completion_mask, scrub_placeholders
-from modalities.base import select, subset
+from mmrlvr.core.types import select, subset
 
 
 def _image(tmp_path, name, size, colour):

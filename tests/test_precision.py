@@ -11,9 +11,9 @@ import torch
 
 import modalities
 from mmrlvr.config import LoraConfig, ModelConfig, load_config
-from mmrlvr.policy import Policy, bf16_update_warning
+from mmrlvr.train.policy import Policy, bf16_update_warning
 from mmrlvr.rollout import SamplingParams, make_engine
-from modalities.base import select
+from mmrlvr.core.types import select
 
 
 def load(tiny_vl, **model) -> Policy:

@@ -10,7 +10,7 @@ import modalities
 from mmrlvr.config import ModelConfig
 from mmrlvr.objectives import StepContext, build
 from mmrlvr.objectives.pwsd import PWSD, pwsd_loss
-from modalities.base import select
+from mmrlvr.core.types import select
 
 
 def test_weights_and_loss_match_a_hand_computation():
@@ -37,7 +37,7 @@ def test_weights_and_loss_match_a_hand_computation():
 
 @pytest.fixture(scope="module")
 def translation_policy(tiny_vl):
-    from mmrlvr.policy import Policy
+    from mmrlvr.train.policy import Policy
 
     torch.manual_seed(0)
     return Policy.load(ModelConfig(path=str(tiny_vl), modality="image_translation"),
@@ -47,7 +47,7 @@ def translation_policy(tiny_vl):
 @pytest.fixture(scope="module")
 def banner_examples(tmp_path_factory):
     from mmrlvr.data import load_jsonl
-    from modalities.banners import make_banners
+    from mmrlvr.tasks.banners import make_banners
 
     out = tmp_path_factory.mktemp("banners-pwsd")
     make_banners(out, n_train=4, n_test=0, width=112, height=56, seed=1)
@@ -117,8 +117,8 @@ def one_pwsd_step(tmp_path, tiny_vl, data_dir, reward_weight: float, pwsd: dict)
     import yaml
 
     from mmrlvr.config import load_config
-    from mmrlvr.logger import read_metrics
-    from mmrlvr.trainer import train
+    from mmrlvr.train.logger import read_metrics
+    from mmrlvr.train.trainer import train
 
     cfg = {"model": {"path": str(tiny_vl), "modality": "image_translation"},
            "data": {"train": str(data_dir / "train.jsonl")},
@@ -141,22 +141,23 @@ def test_a_grpo_step_runs_with_the_translation_reward_and_pwsd(tmp_path, tiny_vl
 def test_privileged_rows_switch_the_drawn_share_to_the_teacher_prompt(banner_examples):
     import random
 
-    from mmrlvr.sft import privileged_rows
+    from mmrlvr.train.sft import privileged_rows
 
     _, examples = banner_examples
-    out = privileged_rows(examples, 0.5, random.Random(0))
+    adapter = modalities.get("image_translation")
+    out = privileged_rows(adapter, examples, 0.5, random.Random(0))
     switched = [b for a, b in zip(examples, out) if b.prompt != a.prompt]
     assert len(switched) == 2
     assert all(b.prompt.endswith(b.meta["source_patch"]) for b in switched)
-    assert privileged_rows(examples, 0.0, random.Random(0)) == examples
+    assert privileged_rows(adapter, examples, 0.0, random.Random(0)) == examples
 
 
 def test_mmrlvr_sft_runs_sft_then_pwsd_and_evaluates_the_reward(tmp_path, tiny_vl, banner_examples):
     import yaml
 
     from mmrlvr.config import load_config
-    from mmrlvr.logger import read_metrics
-    from mmrlvr.sft import sft
+    from mmrlvr.train.logger import read_metrics
+    from mmrlvr.train.sft import sft
 
     data_dir, _ = banner_examples
     (tmp_path / "half.py").write_text("def half(example, completion):\n    return 0.5\n")
@@ -191,7 +192,7 @@ def test_mmrlvr_sft_runs_sft_then_pwsd_and_evaluates_the_reward(tmp_path, tiny_v
 
 def test_sft_options_for_pwsd_need_the_image_translation_modality(tmp_path, tiny_vl):
     from mmrlvr.config import ConfigError, load_config
-    from mmrlvr.sft import sft
+    from mmrlvr.train.sft import sft
 
     with pytest.raises(ConfigError, match="privileged_fraction"):
         load_config(None, ["sft.privileged_fraction=1.5"])
@@ -252,7 +253,7 @@ def test_the_trainer_loads_the_frozen_teacher_for_pwsd(tmp_path, tiny_vl, banner
 
 def test_the_pwsd_stage_config_takes_its_own_settings(tmp_path):
     from mmrlvr.config import load_config
-    from mmrlvr.sft import pwsd_config
+    from mmrlvr.train.sft import pwsd_config
 
     cfg = load_config(None, ["model.modality=image_translation", "rollout.temperature=0.7",
                              "algo.beta=0.04", "sft.pwsd.steps=5", "sft.pwsd.temperature=1.0",

@@ -12,7 +12,7 @@ from mmrlvr.data import load_jsonl
 from mmrlvr.objectives import StepContext
 from mmrlvr.objectives.recycling import Recycling, build_instances, collate, is_correct
 from mmrlvr.rollout import SamplingParams, make_engine
-from modalities.base import select
+from mmrlvr.core.types import select
 
 BRIDGE = "Wait, let me check again."
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mmrlvr.patch import Patch, TextBox, parse
-from mmrlvr.render import (BrowserRenderer, chromium_status, erase, line_origin, render_layer,
+from mmrlvr.patches.schema import Patch, TextBox, parse
+from mmrlvr.patches.render import (BrowserRenderer, chromium_status, erase, line_origin, render_layer,
                            render_patch, text_mask, text_width)
 
 PATCH = ('<div class="patch" style="width:240px;height:120px">'
@@ -38,8 +38,8 @@ def test_pil_render_is_deterministic_across_processes():
     digest = hashlib.sha256(image.tobytes()).hexdigest()
     assert hashlib.sha256(render_patch(parse(PATCH), Image.new("RGB", (240, 120), BG)).tobytes()
                           ).hexdigest() == digest
-    code = ("import hashlib; from PIL import Image; from mmrlvr.patch import parse; "
-            "from mmrlvr.render import render_patch; import tests.test_render as t; "
+    code = ("import hashlib; from PIL import Image; from mmrlvr.patches.schema import parse; "
+            "from mmrlvr.patches.render import render_patch; import tests.test_render as t; "
             "print(hashlib.sha256(render_patch(parse(t.PATCH), Image.new('RGB', (240, 120), t.BG))"
             ".tobytes()).hexdigest())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -131,7 +131,7 @@ def tiny_inpainting_pipeline(out):
 
 def test_diffusers_inpainting_changes_only_the_masked_pixels(tmp_path):
     pytest.importorskip("diffusers", reason="the diffusers inpainting option is not installed")
-    from mmrlvr.render import DiffusersInpainter
+    from mmrlvr.patches.render import DiffusersInpainter
 
     with pytest.raises(FileNotFoundError):
         DiffusersInpainter(tmp_path / "missing")

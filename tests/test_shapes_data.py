@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from mmrlvr.data import load_jsonl
-from modalities.shapes import (ANSWER_CELLS, COLORS, FAMILIES, KINDS, make_example, make_shapes,
+from mmrlvr.tasks.shapes import (ANSWER_CELLS, COLORS, FAMILIES, KINDS, make_example, make_shapes,
                                reference_completion)
 
 

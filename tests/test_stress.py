@@ -12,10 +12,10 @@ import pytest
 from PIL import Image
 
 from mmrlvr.data import Example, load_jsonl
-from mmrlvr.stress import mcnemar_exact, paired_metrics, run_stress, summarize, write_report
-from mmrlvr.stress_ops import (FORMAT_INSTRUCTIONS, OPERATORS, PARAPHRASES, apply, gold_index,
+from mmrlvr.stress.run import mcnemar_exact, paired_metrics, run_stress, summarize, write_report
+from mmrlvr.stress.ops import (FORMAT_INSTRUCTIONS, OPERATORS, PARAPHRASES, apply, gold_index,
                                gold_preserved, paraphrase)
-from mmrlvr.templates import HELDOUT_TEMPLATES, split_options
+from mmrlvr.core.templates import HELDOUT_TEMPLATES, split_options
 from rewards.verify import extract_answer, match
 
 FMT = FORMAT_INSTRUCTIONS[0]
@@ -29,7 +29,7 @@ HAND = [
 
 @pytest.fixture(scope="module")
 def med(tmp_path_factory):
-    from modalities.medvqa import make_medvqa
+    from mmrlvr.tasks.medvqa import make_medvqa
 
     out = tmp_path_factory.mktemp("med-stress")
     make_medvqa(out, n_train=0, n_test=33, image_size=56)
@@ -192,7 +192,7 @@ def test_stress_cli_on_a_tiny_model_writes_the_report(tmp_path, tiny_vl, med):
 
 
 def test_a_run_dir_brings_its_prompts_and_a_hub_id_nothing(tmp_path, monkeypatch):
-    from mmrlvr.stress import find_run_config
+    from mmrlvr.stress.run import find_run_config
 
     run = tmp_path / "run"
     (run / "final").mkdir(parents=True)

@@ -15,7 +15,7 @@ from PIL import Image
 import rewards
 from mmrlvr.config import load_config
 from mmrlvr.data import DataError, Example, load_dataset, load_jsonl
-from mmrlvr.logger import read_metrics
+from mmrlvr.train.logger import read_metrics
 from rewards.struct_steps import (
     StructStepsReward,
     align,
@@ -226,7 +226,7 @@ def test_bad_options_are_clear_errors(options, message):
 
 
 def test_shapes_reference_reasoning_earns_process_credit(shapes_dir):
-    from modalities.shapes import reference_completion
+    from mmrlvr.tasks.shapes import reference_completion
 
     reward = rewards.get("struct_steps")
     by_family: dict[str, list[float]] = {}
@@ -288,7 +288,7 @@ def _stable(run_dir: Path) -> list[dict]:
 
 
 def _train(path: Path) -> None:
-    from mmrlvr.trainer import train
+    from mmrlvr.train.trainer import train
 
     # the verifier's counters are process-wide and feed step 1's verify/parse_fail_rate: start
     # each run from zero, as a fresh process would

@@ -10,7 +10,7 @@ from PIL import Image  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer  # noqa: E402
 
-from mmrlvr.tiny import (  # noqa: E402
+from mmrlvr.tiny.build import (  # noqa: E402
     VISION_KINDS,
     QWEN_SPECIAL_TOKENS,
     build_tiny,

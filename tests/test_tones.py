@@ -11,7 +11,7 @@ import soundfile as sf
 import yaml
 
 from mmrlvr.data import DataError, load_jsonl
-from modalities.tones import FAMILIES, load_layout, make_tones
+from mmrlvr.tasks.tones import FAMILIES, load_layout, make_tones
 from rewards.audio_evidence import order_facts
 from rewards.rubric_judges import numbers_in, order_claims
 from rewards.verify import match

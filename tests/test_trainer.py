@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mmrlvr.checkpoint import MARKER, latest_checkpoint
+from mmrlvr.train.checkpoint import MARKER, latest_checkpoint
 from mmrlvr.config import load_config
-from mmrlvr.logger import read_metrics
-from mmrlvr.trainer import train
+from mmrlvr.train.logger import read_metrics
+from mmrlvr.train.trainer import train
 
 # Wall-clock figures differ between runs by nature; everything else must match exactly.
 VOLATILE = ("time/", "perf/")

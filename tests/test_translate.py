@@ -7,8 +7,8 @@ import numpy as np
 from PIL import Image
 
 from mmrlvr.cli import main
-from mmrlvr.patch import Patch, TextBox
-from mmrlvr.render import render_patch
+from mmrlvr.patches.schema import Patch, TextBox
+from mmrlvr.patches.render import render_patch
 from mmrlvr.translate import compose, output_paths
 
 BG = (88, 160, 214)

@@ -5,7 +5,7 @@ import pytest
 
 import rewards
 from mmrlvr.data import Example
-from mmrlvr.patch import Patch, TextBox, to_html
+from mmrlvr.patches.schema import Patch, TextBox, to_html
 from rewards.base import build_combined
 from rewards.translation import extract_patch, match_boxes
 
@@ -102,7 +102,7 @@ def test_the_patch_comes_from_the_last_answer_block():
 
 
 def test_a_patch_with_an_absurd_font_size_scores_zero_instead_of_crashing():
-    from mmrlvr.render import RenderError, render_layer
+    from mmrlvr.patches.render import RenderError, render_layer
 
     giant = with_box(0, size=40000)                            # a sampled typo: s=40000
     with pytest.raises(RenderError, match="box 1: font-size 40000px"):

@@ -53,14 +53,14 @@ def vllm_internal_name(name: str, model_type: str) -> str:
 
 @pytest.fixture(scope="module")
 def tiny_dirs(tmp_path_factory):
-    from mmrlvr.tiny import build_tiny
+    from mmrlvr.tiny.build import build_tiny
 
     root = tmp_path_factory.mktemp("vllm-sync")
     return {kind: Path(build_tiny(kind, root / kind)) for kind in KINDS}
 
 
 def load(path, dtype=torch.float32):
-    from mmrlvr.policy import load_model
+    from mmrlvr.train.policy import load_model
 
     torch.manual_seed(0)
     return load_model(str(path), dtype)
@@ -493,7 +493,7 @@ def fake_vllm(monkeypatch):
 def vl_policy(tiny_dirs):
     import modalities
     from mmrlvr.config import ModelConfig
-    from mmrlvr.policy import Policy
+    from mmrlvr.train.policy import Policy
 
     torch.manual_seed(0)
     return Policy.load(ModelConfig(path=str(tiny_dirs["qwen2.5-vl"])), modalities.get("vision"),
@@ -573,7 +573,7 @@ def test_engine_rollouts_have_the_hf_engines_shape(fake_vllm, vl_policy, shapes_
 
 
 def test_eval_through_vllm_greedy_and_clean_pass_at_k(fake_vllm, vl_policy, shapes_dir):
-    from mmrlvr.evaluate import evaluate
+    from mmrlvr.train.evaluate import evaluate
 
     from mmrlvr.data import load_dataset
 

@@ -9,23 +9,36 @@ from __future__ import annotations
 
 import torch
 
+from mmrlvr.core.registry import Registry
+
+
+ADVANTAGES = Registry("advantage estimator")
+"""`algo.advantage` names one: f(rewards [B, G], centred [B, G], eps) -> advantages [B, G]."""
+
+
+@ADVANTAGES.register("drgrpo")
+def drgrpo(rewards: torch.Tensor, centred: torch.Tensor, eps: float) -> torch.Tensor:
+    return centred
+
+
+@ADVANTAGES.register("grpo")
+def grpo(rewards: torch.Tensor, centred: torch.Tensor, eps: float) -> torch.Tensor:
+    std = rewards.std(dim=1, keepdim=True, unbiased=False)           # [B, 1]
+    return centred / (std + eps)
+
 
 def group_advantages(rewards: torch.Tensor, kind: str = "grpo", eps: float = 1e-6) -> torch.Tensor:
-    """rewards [B, G] -> advantages [B, G]."""
+    """rewards [B, G] -> advantages [B, G] by the estimator `kind` (`ADVANTAGES`)."""
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [B, G], got shape {tuple(rewards.shape)}")
+    estimator = ADVANTAGES.get(kind)
     mean = rewards.mean(dim=1, keepdim=True)                     # [B, 1]
     # A group whose rewards are all equal carries no signal: its advantages are exactly 0.
     # Without this, rounding in the mean of e.g. eight 0.9s leaves ~1e-8 residues that the
     # GRPO division by (std + eps) blows up to advantages of ~0.05 on pure noise.
     flat = rewards.max(dim=1, keepdim=True).values == rewards.min(dim=1, keepdim=True).values
     centred = torch.where(flat, torch.zeros_like(rewards), rewards - mean)   # [B, G]
-    if kind == "drgrpo":
-        return centred
-    if kind == "grpo":
-        std = rewards.std(dim=1, keepdim=True, unbiased=False)   # [B, 1]
-        return centred / (std + eps)
-    raise ValueError(f"unknown advantage kind {kind!r}; use 'grpo' or 'drgrpo'")
+    return estimator(rewards, centred, eps)
 
 
 def zero_spread_fraction(rewards: torch.Tensor) -> float:

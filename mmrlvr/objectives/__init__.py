@@ -6,13 +6,12 @@ stats to log. With no objectives configured the update is plain GRPO.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
-_OBJECTIVES: dict[str, str] = {}
+from mmrlvr.core.registry import Registry
 
 
 @dataclass
@@ -47,9 +46,8 @@ def sample_rows(rollouts: Any, max_rows: int, seed: int, step: int
     return [r for r in rows if rollouts.completion_mask[r].sum() > 0], gen
 
 
-def register(name: str, target: str) -> None:
-    """Make `build(name)` construct the class at `module:Class`."""
-    _OBJECTIVES[name] = target
+OBJECTIVES = Registry("objective")
+register = OBJECTIVES.register
 
 
 def build(specs: list[dict[str, Any]]) -> list[tuple[float, Objective]]:
@@ -58,10 +56,7 @@ def build(specs: list[dict[str, Any]]) -> list[tuple[float, Objective]]:
         spec = dict(spec)
         name = spec.pop("name")
         weight = float(spec.pop("weight", 1.0))
-        if name not in _OBJECTIVES:
-            raise KeyError(f"unknown objective {name!r}; known: {sorted(_OBJECTIVES)}")
-        module, _, cls = _OBJECTIVES[name].partition(":")
-        out.append((weight, getattr(importlib.import_module(module), cls)(**spec)))
+        out.append((weight, OBJECTIVES.build(name, **spec)))
     return out
 
 

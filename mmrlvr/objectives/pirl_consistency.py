@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from mmrlvr.objectives import sample_rows
-from modalities.base import select
+from mmrlvr.core.types import select
 
 
 def instruction_mask(input_ids: torch.Tensor, tokenizer: Any, excluded_ids: list[int],

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from mmrlvr.objectives import sample_rows
-from modalities.base import select
+from mmrlvr.core.types import select
 
 
 def pwsd_loss(student_logp: torch.Tensor, teacher_logp: torch.Tensor, ids: torch.Tensor,
@@ -67,16 +67,17 @@ class PWSD:
 
     def prepare(self, policy, rollouts, rows: list[int]) -> dict[str, Any]:
         """Student and teacher inputs for `rows` of the rollouts, with their completions."""
-        if not hasattr(policy.adapter, "encode_privileged"):
-            raise ValueError(f"pwsd needs the image_translation modality (model.modality), "
-                             f"got {policy.adapter.name!r}, which has no privileged prompt")
         G = rollouts.group_size
         prompt_rows = [r // G for r in rows]
         student, _ = select(rollouts.prompts, prompt_rows)
         distinct = list(dict.fromkeys(prompt_rows))
-        teacher_batch = policy.adapter.encode_privileged(        # same system/format prompts
-            [rollouts.prompts.examples[i] for i in distinct], policy.processor,
-            **rollouts.prompts.prompt_options)
+        try:
+            teacher_batch = policy.adapter.encode_privileged(        # same system/format prompts
+                [rollouts.prompts.examples[i] for i in distinct], policy.processor,
+                **rollouts.prompts.prompt_options)
+        except NotImplementedError:
+            raise ValueError(f"pwsd needs the image_translation modality (model.modality), "
+                             f"got {policy.adapter.name!r}, which has no privileged prompt") from None
         teacher, _ = select(teacher_batch, [distinct.index(i) for i in prompt_rows])
         mask = rollouts.completion_mask[rows]
         width = max(int(mask.sum(dim=1).max()), 1)

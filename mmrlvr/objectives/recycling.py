@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from modalities.base import select
+from mmrlvr.core.types import select
 
 
 @dataclass

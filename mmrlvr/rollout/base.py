@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from mmrlvr.types import PromptBatch, Rollouts
+from mmrlvr.core.types import PromptBatch, Rollouts
 
 
 @dataclass

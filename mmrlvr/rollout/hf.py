@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 from mmrlvr.rollout.base import SamplingParams, completion_mask, scrub_placeholders
 from mmrlvr.rollout.branching import Branching, latent_noise, make_plan
-from mmrlvr.types import PromptBatch, Rollouts
-from modalities.base import to_device
+from mmrlvr.core.types import PromptBatch, Rollouts
+from mmrlvr.core.types import to_device
 
 
 class HFRolloutEngine:

@@ -65,7 +65,7 @@ from mmrlvr.rollout.base import SamplingParams, completion_mask, scrub_placehold
 from mmrlvr.rollout.branching import Branching, NoisePlan, RowNoise, make_plan
 from mmrlvr.rollout.vllm_noise import WORKER_EXTENSION, noise_extra_args
 from mmrlvr.rollout.vllm_sync import architecture, engine_seed, load_units, sync_units
-from mmrlvr.types import PromptBatch, Rollouts
+from mmrlvr.core.types import PromptBatch, Rollouts
 
 MAX_MEDIA_PER_PROMPT = 8
 LAUNCH_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")

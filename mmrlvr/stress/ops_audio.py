@@ -10,7 +10,7 @@ generator seeded by (seed, operator, example id) like every other operator (`str
     time_shift     0.1 s of silence before the clip, the end cut to keep the length
     loudness       12 dB quieter
 
-Registered in `mmrlvr.stress_ops.OPERATORS` under the kind `audio`, reported apart from the
+Registered in `mmrlvr.stress.ops.OPERATORS` under the kind `audio`, reported apart from the
 prompt operators' robustness figure.
 """
 from __future__ import annotations
@@ -75,7 +75,7 @@ def gain(clip: Clip, rng: random.Random, db: float = -12.0) -> Clip:
 def audio_op(transform: Callable[[Clip, random.Random], Clip]):
     """An operator function `(example, format prompt, rng) -> Variant | None` from a clip transform."""
     def fn(ex, fmt, rng):
-        from mmrlvr.stress_ops import Variant
+        from mmrlvr.stress.ops import Variant
 
         if not ex.audios:
             return None
@@ -86,7 +86,7 @@ def audio_op(transform: Callable[[Clip, random.Random], Clip]):
 
 def operators():
     """The audio operators as `stress_ops.Operator`s, by name."""
-    from mmrlvr.stress_ops import Operator
+    from mmrlvr.stress.ops import Operator
 
     ops = [
         Operator("noise_snr", "audio", "white noise at 20 dB SNR", audio_op(add_noise)),

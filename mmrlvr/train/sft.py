@@ -11,7 +11,7 @@ TransAnyText (`model.modality: image_translation`) adds two things:
     still logged and evaluated), saved to `sft.pwsd.out_dir/final` — the checkpoint GRPO starts
     from and keeps its KL to.
 
-Under several processes (as `mmrlvr train`, see `mmrlvr.parallel`) every rank draws the same
+Under several processes (as `mmrlvr train`, see `mmrlvr.train.parallel`) every rank draws the same
 batch and trains its share of it; the loss is normalised by the batch's token count over all
 ranks, so the update equals one process's on the whole batch.
 """
@@ -28,13 +28,15 @@ import torch
 
 from mmrlvr.config import Config, check_model_path, save_config
 from mmrlvr.data import DataError, Example, LoadReport, load_split
-from mmrlvr.evaluate import aggregate, score_examples
-from mmrlvr.logger import RunLogger
+from mmrlvr.train.evaluate import aggregate, score_examples
+from mmrlvr.train.logger import RunLogger
 from mmrlvr.rollout import make_engine
-from mmrlvr.sampler import PromptSampler
-from mmrlvr.trainer import (claim_run_dir, clip_grad_norm, load_policy, seed_everything,
-                            start_processes, sync_grads, train, warmup_cosine)
-from modalities.base import select
+from mmrlvr.train.sampler import PromptSampler
+from mmrlvr.train.setup import (claim_run_dir, load_policy, seed_everything, start_processes,
+                                warmup_cosine)
+from mmrlvr.train.trainer import train
+from mmrlvr.train.update import clip_grad_norm, sync_grads
+from mmrlvr.core.types import ModalityAdapter, select
 from rewards.base import build_combined
 
 
@@ -58,13 +60,12 @@ def encode_targets(tokenizer, texts: list[str], eos_id: int, pad_id: int
     return ids, mask
 
 
-def privileged_rows(batch: list[Example], fraction: float, rng: random.Random) -> list[Example]:
+def privileged_rows(adapter: ModalityAdapter, batch: list[Example], fraction: float,
+                    rng: random.Random) -> list[Example]:
     """`batch` with round(fraction·len) rows (a seeded draw) switched to the teacher's prompt."""
-    from modalities.image_translation import privileged_example
-
     k = round(fraction * len(batch))
     chosen = set(rng.sample(range(len(batch)), k)) if k else set()
-    return [privileged_example(ex) if i in chosen else ex
+    return [adapter.privileged_example(ex) if i in chosen else ex
             for i, ex in enumerate(batch)]
 
 
@@ -167,7 +168,7 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
     for step in bar:
         batch = [data[i] for i in sampler.next(cfg.sft.batch_size)]
         if cfg.sft.privileged_fraction:
-            batch = privileged_rows(batch, cfg.sft.privileged_fraction, view_rng)
+            batch = privileged_rows(adapter, batch, cfg.sft.privileged_fraction, view_rng)
         share = batch[d.rank * len(batch) // d.world:(d.rank + 1) * len(batch) // d.world]
         prompts = adapter.encode(share, policy.processor, system_prompt=cfg.data.system_prompt,
                                  format_prompt=cfg.data.format_prompt)

@@ -33,6 +33,7 @@ from typing import Any, Callable
 from PIL import Image, ImageDraw
 
 from mmrlvr.data import Example, write_jsonl
+from mmrlvr.tasks import Task
 
 COLORS: dict[str, tuple[int, int, int]] = {
     "red": (220, 20, 20),
@@ -456,21 +457,7 @@ def make_shapes(out_dir: str | Path, *, n_train: int = 2000, n_test: int = 200, 
     return info
 
 
-def main(argv: list[str] | None = None) -> None:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m modalities.shapes", description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--n-train", type=int, default=2000)
-    p.add_argument("--n-test", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--image-size", type=int, default=112)
-    p.add_argument("--families", nargs="*", default=None, choices=list(FAMILIES))
-    args = p.parse_args(argv)
-    info = make_shapes(args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed,
-                       image_size=args.image_size, families=args.families)
-    print(json.dumps(info["counts"]))
-
-
-if __name__ == "__main__":
-    main()
+TASK = Task(
+    "counting, colour and kind questions about drawn shapes (vision)",
+    lambda out, o: make_shapes(out, n_train=o.n_train, n_test=o.n_test, seed=o.seed,
+                               image_size=o.image_size, families=o.families))

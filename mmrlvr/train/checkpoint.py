@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmrlvr.parallel import Dist
+from mmrlvr.train.parallel import Dist
 
 MARKER = "COMPLETE"
 _STEP_DIR = re.compile(r"^step-(\d+)$")

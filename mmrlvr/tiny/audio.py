@@ -10,7 +10,7 @@ Both use the real Whisper feature extractor (128 mel bins, 16 kHz) with a short 
 `max_source_positions` = 50 x the window, so a CPU forward over 64 sequences takes about a second
 instead of ten. A 1 s clip gives 25 audio tokens. The tokenizer is `mmrlvr.tiny.build_tokenizer`'s
 byte-level BPE with the family's special tokens. The directories load through `AutoProcessor` and
-the class their config names (`mmrlvr.policy.load_model` falls back to it); the same arguments and
+the class their config names (`mmrlvr.train.policy.load_model` falls back to it); the same arguments and
 seed give the same bytes.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mmrlvr.tiny import QWEN_SPECIAL_TOKENS, build_tokenizer, instantiate_and_save
+from mmrlvr.tiny.build import QWEN_SPECIAL_TOKENS, build_tokenizer, instantiate_and_save
 
 # Qwen2-Audio-7B-Instruct's chat template, verbatim: an entry counts as audio when it has an
 # "audio" (or "audio_url") key.
@@ -160,14 +160,14 @@ def build_tiny_audio(
     (out / "TINY.md").write_text(
         f"# Tiny {kind} (random weights)\n\n"
         f"This directory is a tiny **random-weight** `{type(model).__name__}` ({n_params:,} parameters, "
-        f"float32) built offline by `mmrlvr tiny {kind} --out DIR` (`mmrlvr.tiny_audio.build_tiny_audio`, "
+        f"float32) built offline by `mmrlvr tiny {kind} --out DIR` (`mmrlvr.tiny.audio.build_tiny_audio`, "
         f"seed {seed}): the real transformers class with a tiny config (text hidden {hidden_size}, "
         f"{num_layers} layers, {num_heads} heads / {num_kv_heads} KV heads; audio encoder {audio_layers} "
         f"layers, width {audio_width}, 128 mel bins), the real `{type(processor).__name__}` with a Whisper "
         f"feature extractor whose window is {audio_window} s (the real model's is 30 s), and a "
         f"{len(tok)}-token byte-level BPE tokenizer trained locally with the family's special tokens and "
         f"chat template. It knows nothing until trained. Load it with `AutoProcessor.from_pretrained(DIR)` "
-        f"and `{type(model).__name__}.from_pretrained(DIR)` (or `mmrlvr.policy.load_model`).\n")
+        f"and `{type(model).__name__}.from_pretrained(DIR)` (or `mmrlvr.train.policy.load_model`).\n")
     (out / "tiny.json").write_text(json.dumps({
         "kind": kind, "seed": seed, "params": n_params, "vocab_size": len(tok), **dims,
         "audio_layers": audio_layers, "audio_width": audio_width, "audio_window": audio_window,

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from mmrlvr.config import ModelConfig
-from mmrlvr.parallel import gathered, pick_device  # noqa: F401  (pick_device: public here too)
-from modalities.base import Adapter, to_device
+from mmrlvr.train.parallel import gathered, pick_device  # noqa: F401  (pick_device: public here too)
+from mmrlvr.core.types import ModalityAdapter, to_device
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -114,7 +114,7 @@ def load_model(path: str, dtype: torch.dtype, attn_implementation: str = "sdpa")
 class Policy:
     """Model + processor + modality adapter on one device."""
 
-    def __init__(self, model: torch.nn.Module, processor: Any, adapter: Adapter,
+    def __init__(self, model: torch.nn.Module, processor: Any, adapter: ModalityAdapter,
                  device: torch.device, lora: bool = False, compute_dtype: torch.dtype | None = None):
         self.model, self.processor, self.adapter = model, processor, adapter
         self.device, self.lora = device, lora
@@ -124,7 +124,7 @@ class Policy:
         """The dtype matrix products run in (`model.dtype`)."""
         self.sharded = False
         """Set when FSDP2 shards the model: it then casts for the forward itself (no autocast),
-        and media features are computed inside the model's forward (see mmrlvr.parallel)."""
+        and media features are computed inside the model's forward (see mmrlvr.train.parallel)."""
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.eos_ids = self._eos_ids()
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
@@ -132,7 +132,7 @@ class Policy:
         self.placeholder_ids = adapter.placeholder_ids(self.tokenizer)
 
     @classmethod
-    def load(cls, cfg: ModelConfig, adapter: Adapter, device: torch.device,
+    def load(cls, cfg: ModelConfig, adapter: ModalityAdapter, device: torch.device,
              path: str | None = None, adapter_dir: str | Path | None = None) -> "Policy":
         """Load `path` (default `cfg.path`); with LoRA, attach adapters (from `adapter_dir` if given)."""
         path = path or cfg.path
@@ -287,7 +287,7 @@ class Policy:
         """
         out_dir = Path(out_dir)
         if self.sharded:
-            from mmrlvr.parallel import full_state_dict
+            from mmrlvr.train.parallel import full_state_dict
 
             state = full_state_dict(self.base_model())
             if main:

@@ -40,7 +40,8 @@ import numpy as np
 from PIL import Image, ImageFilter
 
 from mmrlvr.data import Example, write_jsonl
-from mmrlvr.templates import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, with_options
+from mmrlvr.core.templates import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, with_options
+from mmrlvr.tasks import Task
 
 MODALITY_NAMES = {"xray": "X-ray", "ct": "CT", "mri": "MRI"}
 SIDES = ("left", "right")
@@ -327,3 +328,16 @@ def make_medvqa(out_dir: str | Path, *, n_train: int = 2000, n_test: int = 300, 
     info["train_templates"], info["heldout_templates"] = list(TRAIN_TEMPLATES), list(HELDOUT_TEMPLATES)
     (out_dir / "info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info
+
+
+def _convert(spec: str, out_dir: Path) -> dict:
+    from mmrlvr.tasks.medvqa_public import convert
+
+    return convert(spec, out_dir)
+
+
+TASK = Task(
+    "synthetic chest-film/CT/MRI-like images with closed and open questions (vision)",
+    lambda out, o: make_medvqa(out, n_train=o.n_train, n_test=o.n_test, seed=o.seed,
+                               image_size=o.image_size, families=o.families),
+    _convert, ("vqarad", "slake", "pathvqa"))

@@ -13,7 +13,7 @@ small built-in English corpus, carrying every Qwen2-VL / Qwen2-Audio special tok
 exact string and the family's real chat template. Nothing touches the network.
 
 `build_tiny("qwen2-audio", DIR)` and `build_tiny("qwen2.5-omni", DIR)` make the audio families
-(`mmrlvr.tiny_audio`: Qwen2-Audio and the Qwen2.5-Omni thinker, with a short feature window).
+(`mmrlvr.tiny.audio`: Qwen2-Audio and the Qwen2.5-Omni thinker, with a short feature window).
 
 `build_tokenizer` is the reusable half: other tiny families (Qwen2-Audio) call it with their own
 special tokens and chat template.
@@ -384,13 +384,13 @@ def build_tiny(
     and `TINY.md`; it loads with `AutoProcessor` + `AutoModelForImageTextToText`. The same
     arguments and seed give bit-identical weights and tokenizer. For the audio kinds the vision
     arguments size the audio encoder (`vision_depth` layers, `vision_width` wide) and
-    `audio_window` is the feature window in seconds (`mmrlvr.tiny_audio.build_tiny_audio`).
+    `audio_window` is the feature window in seconds (`mmrlvr.tiny.audio.build_tiny_audio`).
     """
 
     if kind not in KINDS:
         raise ValueError(f"unknown tiny kind {kind!r}; choose from {KINDS}")
     if kind in AUDIO_KINDS:
-        from mmrlvr.tiny_audio import build_tiny_audio
+        from mmrlvr.tiny.audio import build_tiny_audio
 
         return build_tiny_audio(kind, out_dir, hidden_size=hidden_size, num_layers=num_layers,
                                 num_heads=num_heads, num_kv_heads=num_kv_heads,

@@ -6,8 +6,8 @@ reference patch: the same boxes with the phrase table's translation, the font si
 the translation would not fit its box (what a human translator does). Rows:
 
     prompt     the image + target language (`modalities.image_translation.instruction`)
-    answer     the target-language patch (canonical HTML, `mmrlvr.patch.to_html`; with
-               `compact=True` the compact `<p>` form, `mmrlvr.patch.to_compact`, about half the tokens)
+    answer     the target-language patch (canonical HTML, `mmrlvr.patches.schema.to_html`; with
+               `compact=True` the compact `<p>` form, `mmrlvr.patches.schema.to_compact`, about half the tokens)
     reasoning  the source texts and the plan (the `<think>` part of SFT targets)
     meta       source/target language, the source patch, canvas size, layout, and
                `vision_labels` ({role: source text}, what `mmrlvr pretrain-vision` reads)
@@ -27,9 +27,10 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from mmrlvr.data import Example, write_jsonl
-from mmrlvr.patch import FONT_FAMILIES, Patch, TextBox, to_compact, to_html
-from mmrlvr.render import render_patch, text_width
+from mmrlvr.patches.schema import FONT_FAMILIES, Patch, TextBox, to_compact, to_html
+from mmrlvr.patches.render import render_patch, text_width
 from modalities.image_translation import instruction, language_name
+from mmrlvr.tasks import Task
 
 PAIRS: tuple[str, ...] = ("en-de", "en-fr", "en-es", "en-ru")
 """Language pairs (source-target) the phrase table covers."""
@@ -201,3 +202,10 @@ def make_banners(out_dir: str | Path, *, n_train: int = 2000, n_test: int = 200,
         info[f"n_{split}"] = count
     (out / "info.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
+
+
+TASK = Task(
+    "product banners to translate as HTML patches, en->de/fr/es/ru (image translation)",
+    lambda out, o: make_banners(out, n_train=o.n_train, n_test=o.n_test, seed=o.seed,
+                                width=2 * o.image_size, height=o.image_size, pairs=o.families,
+                                compact=o.compact))

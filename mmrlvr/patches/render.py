@@ -1,6 +1,6 @@
 """Rendering HTML patches and erasing source text.
 
-Two renderers follow the same layout rules (`mmrlvr.patch`): one line per box, the line box as
+Two renderers follow the same layout rules (`mmrlvr.patches.schema`): one line per box, the line box as
 tall as the box (CSS `line-height: h`, glyphs centred by the font's ascent and descent),
 `text-align` within the box width, and a line wider than its box start-aligned and overflowing
 (CSS Text 3). Fonts are the installed files `fc-match` names for the patch's family and weight,
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from mmrlvr.patch import Patch, TextBox, box_style
+from mmrlvr.patches.schema import Patch, TextBox, box_style
 
 CHROMIUM_PATH = os.environ.get("MMRLVR_CHROMIUM", "/usr/bin/chromium")
 """The Chromium binary Playwright drives (Debian's package; set MMRLVR_CHROMIUM to override)."""

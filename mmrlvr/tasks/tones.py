@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from mmrlvr.data import DataError, Example, write_jsonl
-from mmrlvr.templates import with_options
+from mmrlvr.core.templates import with_options
+from mmrlvr.tasks import Task
 
 SR = 16000
 FAMILIES = ("count", "pitch", "loudness", "tempo", "duration")
@@ -373,3 +374,10 @@ def convert(spec: str, out_dir: str | Path, *, evidence: bool = True, on_error: 
     info = {"task": "tones-convert", "from": spec, "rows": len(examples), "file": str(out)}
     (Path(out_dir) / "info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info
+
+
+TASK = Task(
+    "MMAU-style audio multiple choice: beeps, pitch, loudness, tempo, duration (audio)",
+    lambda out, o: make_tones(out, n_train=o.n_train, n_test=o.n_test, seed=o.seed,
+                              families=o.families),
+    lambda spec, out: convert(spec, out), ("mmau", "avqa"))

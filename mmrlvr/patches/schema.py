@@ -36,7 +36,7 @@ patches average 73 tokens against 139 as canonical HTML)::
 
 It means exactly the canonical `<div style=...>` box (same validation, same errors); `to_compact`
 writes it, `to_html` turns any patch into the canonical HTML a browser renders.
-Layout rules shared by both renderers (`mmrlvr.render`): one line, no wrapping, no clipping;
+Layout rules shared by both renderers (`mmrlvr.patches.render`): one line, no wrapping, no clipping;
 the line box is the box height (CSS `line-height: h`), so the glyphs sit vertically centred by
 the font's ascent/descent; `text-align` places the line within the box width.
 """

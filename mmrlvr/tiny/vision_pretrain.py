@@ -99,7 +99,7 @@ def pretrain_vision(model_dir: str | Path, train: str | Path, out_dir: str | Pat
     from tqdm.auto import tqdm
 
     import modalities
-    from mmrlvr.policy import load_model, load_processor
+    from mmrlvr.train.policy import load_model, load_processor
 
     if threads:
         torch.set_num_threads(threads)

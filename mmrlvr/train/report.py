@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mmrlvr.logger import read_metrics
+from mmrlvr.train.logger import read_metrics
 
 PANELS = [
     ("reward", ["reward/mean", "eval/reward"], "mean reward (train batch, held-out)"),

@@ -1,7 +1,7 @@
 """`mmrlvr stress`: how much a model's accuracy moves under meaning-preserving prompt and image changes.
 
 Every example is answered greedily once clean and once per operator that applies to it
-(`mmrlvr.stress_ops`), in batches through the `hf` rollout engine; correctness is
+(`mmrlvr.stress.ops`), in batches through the `hf` rollout engine; correctness is
 `rewards.verify.match(extract_answer(completion), gold, choices)`, as in training and eval.
 Per operator, on the rows it applies to and paired with the same rows' clean answers:
 
@@ -29,8 +29,8 @@ from tqdm.auto import tqdm
 
 from mmrlvr.data import Example
 from mmrlvr.rollout.base import SamplingParams
-from mmrlvr.stress_ops import OPERATORS, apply
-from mmrlvr.templates import HELDOUT_TEMPLATES
+from mmrlvr.stress.ops import OPERATORS, apply
+from mmrlvr.core.templates import HELDOUT_TEMPLATES
 from rewards.verify import detect_kind, extract_answer, match
 
 KINDS = ("text", "image", "audio", "task")
@@ -237,8 +237,8 @@ def stress(model: str, data: str, out: str, ops: list[str] | None = None, *, mod
     """Load a model (run dir, model dir or hub id) and a dataset, stress it, write the report."""
     import modalities
     from mmrlvr.config import ConfigError, ModelConfig
-    from mmrlvr.loaders_medvqa import load_any
-    from mmrlvr.policy import Policy, pick_device
+    from mmrlvr.tasks.medvqa_public import load_any
+    from mmrlvr.train.policy import Policy, pick_device
     from mmrlvr.rollout import make_engine
 
     model_dir, run_cfg = find_run_config(model)

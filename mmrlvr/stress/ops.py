@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image, ImageEnhance, ImageFilter
 
 from mmrlvr.data import Example
-from mmrlvr.templates import HELDOUT_TEMPLATES, render, split_options, with_options
+from mmrlvr.core.templates import HELDOUT_TEMPLATES, render, split_options, with_options
 
 PARAPHRASES: list[tuple[str, str, str, str]] = [
     # (pattern, replacement, reviewed example in, reviewed example out); first match wins
@@ -247,7 +247,7 @@ OPERATORS: dict[str, Operator] = {op.name: op for op in [
 ]}
 """Every operator by name, in report order."""
 
-from mmrlvr.stress_ops_audio import operators as _audio_operators  # noqa: E402 (needs Operator)
+from mmrlvr.stress.ops_audio import operators as _audio_operators  # noqa: E402 (needs Operator)
 
 OPERATORS.update(_audio_operators())
 

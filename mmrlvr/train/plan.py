@@ -16,7 +16,7 @@ GPUs, c bytes per compute element (`model.dtype`; `auto` is bf16 on CUDA), p per
   reference model    N·c ÷W    algo.beta > 0, or a `pwsd` objective with `teacher: frozen`; never
                                with LoRA (the base with adapters off is the reference)
   gradients          T·p ÷W    update phase only (set to None between steps); ddp on 2+ GPUs: 0
-  compute copies     fsdp2 (`mmrlvr.parallel`: a unit per layer, per block and per media tower):
+  compute copies     fsdp2 (`mmrlvr.train.parallel`: a unit per layer, per block and per media tower):
                      rollout N·c, the whole model gathered around `generate`; update: the root
                      (embeddings, lm_head, kept gathered) and the two largest units, parameters
                      and their unsharded gradients. ddp: T·c when p != c (autocast's cached casts)
@@ -180,7 +180,7 @@ class Dims:
 def inspect_model(model, cfg: Config) -> Dims:
     import torch
 
-    from mmrlvr.parallel import TOWER_NAMES, UNIT_SUFFIXES      # what fully_shard_model wraps
+    from mmrlvr.train.parallel import TOWER_NAMES, UNIT_SUFFIXES      # what fully_shard_model wraps
 
     mc, lora = cfg.model, cfg.model.lora.r > 0
     frozen = {"vision tower": mc.freeze_vision, "audio tower": mc.freeze_audio}

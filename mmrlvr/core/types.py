@@ -1,0 +1,150 @@
+"""The typed hand-offs of one GRPO step (DESIGN.md, "How data flows"), the protocols the core
+calls modality adapters and rewards through, and the sample-wise slicing of batches."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from mmrlvr.data import Example
+
+
+@dataclass
+class PromptBatch:
+    """B un-expanded prompts, processed once: token ids plus their media tensors.
+
+    `inputs` holds the processor's output: `input_ids`/`attention_mask` [B, P] (left padded)
+    and the modality's tensors (e.g. `pixel_values` [sum patches, D] + `image_grid_thw` [n_img, 3]).
+    `media_rows[i]` is the (start, stop) slice of every media tensor belonging to sample i,
+    so any subset or repetition of samples can be cut out exactly (`select`).
+    """
+
+    examples: list[Example]
+    inputs: dict[str, torch.Tensor]
+    media_rows: list[dict[str, tuple[int, int]]]
+    prompt_texts: list[str] = field(default_factory=list)
+    prompt_options: dict[str, str] = field(default_factory=dict)
+    """The system/format prompts the batch was encoded with (so derived prompts can match them)."""
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+
+@dataclass
+class Rollouts:
+    """B×G completions, flattened prompt-major (row b*G + g is member g of prompt b)."""
+
+    prompts: PromptBatch
+    group_size: int
+    completion_ids: torch.Tensor          # [B*G, C] right padded
+    completion_mask: torch.Tensor         # [B*G, C] 1 on tokens up to and including EOS
+    sample_logprobs: torch.Tensor | None  # [B*G, C] logprobs under the sampling model (temperature-scaled)
+    texts: list[str]                      # [B*G] decoded completions
+    branch: list[str]                     # [B*G] branch tag per member ("clean", "noisy", ...)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def example_of(self, row: int) -> Example:
+        return self.prompts.examples[row // self.group_size]
+
+
+
+class ModalityAdapter(Protocol):
+    """Every method the core calls on a modality adapter. `modalities.base.Adapter` implements
+    the shared ones; `modalities.get(name)` returns one."""
+
+    name: str
+    media_keys: tuple[str, ...]
+
+    def encode(self, examples: list[Example], processor: Any, **options: Any) -> PromptBatch:
+        """Chat-format, tokenise and process `examples` once (no copies per rollout)."""
+
+    def placeholder_ids(self, tokenizer: Any) -> list[int]:
+        """Media placeholder ids: never sampled, scrubbed before recompute."""
+
+    def generation_inputs(self, model: Any, batch: PromptBatch,
+                          inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`generate` kwargs for un-expanded prompts."""
+
+    def training_inputs(self, inputs: dict[str, torch.Tensor], completion_ids: torch.Tensor,
+                        completion_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Forward kwargs for prompt ++ completion."""
+
+    def position_ids(self, model: Any, inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """Position ids for a training forward (None: the model derives them)."""
+
+    def shared_media(self, model: Any, batch: PromptBatch, rows: list[int], device: torch.device,
+                     dtype: torch.dtype) -> dict[str, Any] | None:
+        """Media features of the distinct prompts among `rows`, computed once."""
+
+    def apply_media(self, model: Any, inputs: dict[str, Any], media: dict[str, Any]
+                    ) -> dict[str, Any]:
+        """Forward kwargs with `shared_media`'s features in place of the raw media."""
+
+    def vllm_media(self, example: Example) -> dict[str, list]:
+        """The example's media as vLLM's `multi_modal_data`."""
+
+    def privileged_example(self, example: Example) -> Example:
+        """The example as a privileged teacher sees it (PWSD); adapters without one raise
+        NotImplementedError."""
+
+    def encode_privileged(self, examples: list[Example], processor: Any,
+                          **options: Any) -> PromptBatch:
+        """`encode` of the privileged examples (PWSD's teacher prompts)."""
+
+
+class Reward(Protocol):
+    """A reward scores a whole group: one dict per completion with `overall` and any named
+    components (all logged). `progress` is how far training is, in [0, 1] (annealed rewards)."""
+
+    name: str
+
+    def score(self, example: Example, completions: list[str], progress: float = 0.0
+              ) -> list[dict[str, float]]:
+        """Score `completions` of `example`."""
+
+# Keys whose first dimension is the batch (one row per sample).
+TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
+
+
+def select(batch: PromptBatch, index: list[int]) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """Inputs for samples `index` (repeats allowed), media cut per sample by its own rows."""
+    idx = torch.tensor(index, dtype=torch.long)
+    media_keys = {k for r in batch.media_rows for k in r}
+    out: dict[str, torch.Tensor] = {}
+    for key, value in batch.inputs.items():
+        if key not in media_keys:
+            out[key] = value.index_select(0, idx.to(value.device)) if torch.is_tensor(value) else value
+    pieces: dict[str, list[torch.Tensor]] = {k: [] for k in media_keys}
+    offsets = dict.fromkeys(media_keys, 0)
+    rows = []
+    for i in index:
+        new = {}
+        for key, (start, stop) in batch.media_rows[i].items():
+            pieces[key].append(batch.inputs[key][start:stop])
+            new[key] = (offsets[key], offsets[key] + stop - start)
+            offsets[key] += stop - start
+        rows.append(new)
+    for key, parts in pieces.items():
+        if parts:
+            out[key] = torch.cat(parts, dim=0)
+    return out, rows
+
+
+def subset(batch: PromptBatch, index: list[int]) -> PromptBatch:
+    """A PromptBatch of samples `index` (repeats allowed), e.g. each prompt G times."""
+    inputs, rows = select(batch, index)
+    texts = [batch.prompt_texts[i] for i in index] if batch.prompt_texts else []
+    return PromptBatch([batch.examples[i] for i in index], inputs, rows, texts, batch.prompt_options)
+
+
+def to_device(inputs: dict[str, Any], device: torch.device | str,
+              float_dtype: torch.dtype | None = None) -> dict[str, Any]:
+    out = {}
+    for k, v in inputs.items():
+        if torch.is_tensor(v):
+            v = v.to(device)
+            if float_dtype is not None and v.is_floating_point():
+                v = v.to(float_dtype)
+        out[k] = v
+    return out

@@ -1,0 +1,265 @@
+"""The GRPO trainer: rollout → rewards → advantages → clipped-surrogate update, step after step.
+
+One step (DESIGN.md):
+    Examples ─► adapter.encode ─► PromptBatch (B prompts, processed once)
+      ─► engine.generate(n=G) ─► Rollouts (B·G completions, sample logprobs)
+      ─► reward.score per group ─► rewards [B, G] ─► advantages [B, G]
+      ─► policy logprobs in micro-batches ─► GRPO loss (+ KL, + objectives) ─► AdamW step
+
+What it leaves out on purpose: value functions, reward models, sequence packing. Groups whose
+rewards have zero spread contribute no gradient; single-process runs without KL skip their
+policy forward entirely (exactly the same update, less work; objectives run their own).
+
+Under several processes (torchrun or accelerate launch; `mmrlvr.train.parallel`) each rank takes its
+share of the step's prompts, the loss is normalised by the step's global token count, gradients
+are summed over ranks by DDP or FSDP2 (`train.strategy`), and eval is spread over the ranks.
+Weights are fp32 masters; the forward runs in `model.dtype` (`mmrlvr.train.policy`).
+"""
+from __future__ import annotations
+
+import random
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from mmrlvr.algo import group_advantages, zero_spread_fraction
+from mmrlvr.config import Config
+from mmrlvr.core.errors import TrainingError
+from mmrlvr.core.templates import apply_templates
+from mmrlvr.rollout import SamplingParams
+from mmrlvr.rollout.branching import branch_metrics
+from mmrlvr.train import parallel
+from mmrlvr.train.checkpoint import rng_state, save_checkpoint, sharded_state
+from mmrlvr.train.evaluate import aggregate, score_examples
+from mmrlvr.train.logger import RunLogger, read_metrics
+from mmrlvr.train.parallel import Dist
+from mmrlvr.train.report import write_report
+from mmrlvr.train.setup import Run, build_run
+from mmrlvr.train.update import policy_update
+from rewards.base import RewardError, build_combined
+from rewards.verify import reset_stats, stats as verify_stats
+
+
+def grpo_step(run: Run, step: int) -> dict[str, float]:
+    """One GRPO step on this process's share of the next `batch_prompts` prompts."""
+    cfg, policy, d = run.cfg, run.policy, run.dist
+    t0 = time.perf_counter()
+    indices = run.sampler.next(cfg.train.batch_prompts)[d.rank::d.world]
+    examples = [run.train_data[i] for i in indices]
+    template_rng = random.Random(f"templates-{cfg.train.seed}-{step}")   # per step: resumes exactly
+    examples = apply_templates(examples, cfg.data.templates, template_rng)
+    prompts = policy.adapter.encode(examples, policy.processor, system_prompt=cfg.data.system_prompt,
+                                    format_prompt=cfg.data.format_prompt)
+    params = SamplingParams(n=cfg.rollout.group_size, max_new_tokens=cfg.rollout.max_new_tokens,
+                            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                            top_k=cfg.rollout.top_k)
+    run.engine.wake_up()
+    rollouts = run.engine.generate(prompts, params)
+    run.engine.sleep()
+    t1 = time.perf_counter()
+
+    G = cfg.rollout.group_size
+    if hasattr(run.reward, "set_progress"):
+        run.reward.set_progress(step / max(cfg.train.steps, 1))
+    reset_stats()   # the verifier's counters now cover exactly this step's scoring
+    scores = [run.reward.score(ex, rollouts.texts[b * G:(b + 1) * G]) for b, ex in enumerate(examples)]
+    vstats = verify_stats()
+    failures = d.gather(run.reward.all_failed(scores))   # decided together: no rank waits alone
+    if all(failures):
+        raise RewardError(failures[0])
+    rewards = torch.tensor([[s["overall"] for s in group] for group in scores])   # [B, G]
+    nonfinite = ~torch.isfinite(rewards)                  # user rewards were caught already
+    rewards = rewards.masked_fill(nonfinite, 0.0)
+    advantages = group_advantages(rewards, cfg.algo.advantage, cfg.algo.eps)       # [B, G]
+    t2 = time.perf_counter()
+
+    update = policy_update(run, rollouts, advantages.flatten(), scores, step)
+    t3 = time.perf_counter()
+
+    metrics = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(unbiased=False)),
+               "reward/zero_spread_frac": zero_spread_fraction(rewards)}
+    if nonfinite.any():
+        metrics["reward/nonfinite_frac"] = float(nonfinite.float().mean())
+    for key in scores[0][0]:
+        if key != "overall":
+            metrics[f"reward/{key}"] = float(np.mean([s[key] for g in scores for s in g]))
+    lengths = rollouts.completion_mask.sum(dim=1).float()
+    metrics.update({
+        "response/length_mean": float(lengths.mean()), "response/length_max": float(lengths.max()),
+        "response/truncated_frac": rollouts.stats["rollout/truncated_frac"],
+        "rollout/placeholder_scrubbed": rollouts.stats["rollout/placeholder_scrubbed"],
+        "time/rollout_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": t3 - t2,
+        "time/step_s": t3 - t0, "perf/rollout_tokens_per_s": rollouts.stats["rollout/tokens"] / (t1 - t0),
+        "optim/lr": run.scheduler.get_last_lr()[0], **update})
+    metrics.update(branch_metrics(rollouts, scores))
+    if vstats.get("extract_calls"):
+        metrics["verify/parse_fail_rate"] = vstats["extract_none"] / vstats["extract_calls"]
+    run.scheduler.step()
+    return mean_over_ranks(d, metrics)
+
+
+def mean_over_ranks(d: Dist, metrics: dict[str, Any]) -> dict[str, Any]:
+    """Each numeric metric averaged over the ranks that report it (all of them, usually); a
+    text one (a skip's cause) as the first rank that has it reports it."""
+    if d.world == 1:
+        return metrics
+    merged: dict[str, list[float]] = {}
+    texts: dict[str, str] = {}
+    for part in d.gather(metrics):
+        for key, value in part.items():
+            if isinstance(value, str):
+                texts.setdefault(key, value)
+            elif value is not None:
+                merged.setdefault(key, []).append(float(value))
+    return {**{key: float(np.mean(values)) for key, values in merged.items()}, **texts}
+
+
+def run_eval(run: Run, progress: bool = False) -> dict[str, float]:
+    """Held-out figures; every rank scores its share, rank 0 gets the figures ({} elsewhere)."""
+    cfg, d = run.cfg, run.dist
+    # eval samples (pass@k) come from the clean model: branching shapes exploration only
+    engine = run.engine.without_branching()
+    run.engine.wake_up()
+    records = score_examples(run.policy, engine, run.eval_data[d.rank::d.world],
+                             max_new_tokens=cfg.rollout.max_new_tokens,
+                             batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
+                             temperature=cfg.rollout.temperature,
+                             system_prompt=cfg.data.system_prompt,
+                             format_prompt=cfg.data.format_prompt, progress=progress and d.main,
+                             reward=build_combined(cfg.eval_rewards or cfg.rewards)
+                             if cfg.train.eval_reward else None)
+    run.engine.sleep()
+    gathered = [r for part in d.gather(records) for r in part]
+    if not d.main:
+        return {}
+    result = aggregate(gathered, samples=cfg.train.eval_samples)
+    return {f"eval/{k}": v for k, v in result.items()}
+
+
+def train(cfg: Config, resume: bool = False, progress: bool = True, overwrite: bool = False,
+          force: bool = False) -> dict[str, Any]:
+    """Run (or continue) GRPO as configured; returns the run's summary (on rank 0).
+
+    `overwrite` lets a fresh run replace an earlier run in `train.out_dir`; `force` lets a
+    resume go on with another model or data than the run started with (`mmrlvr.train.rundir`).
+    """
+    run, start_step = build_run(cfg, resume, overwrite, force)
+    try:
+        return _train(run, start_step, resume, progress)
+    finally:
+        if run.lock is not None:
+            run.lock.release()
+
+
+def _train(run: Run, start_step: int, resume: bool, progress: bool) -> dict[str, Any]:
+    from tqdm.auto import tqdm
+
+    cfg, d = run.cfg, run.dist
+    logger = RunLogger(run.run_dir, enabled=d.main, resume_step=start_step if resume else None)
+    # the run's shape goes in its first metrics row: step 0 where eval runs first, else step 1
+    first = {"run/world_size": d.world, "run/strategy": d.strategy} if start_step == 0 else {}
+    if run.eval_data and start_step == 0:
+        logger.log(0, {**first, **run_eval(run, progress)})
+        first = {}
+
+    bar = tqdm(range(start_step + 1, cfg.train.steps + 1), desc="grpo", disable=not (progress and d.main),
+               initial=start_step, total=cfg.train.steps)
+    for step in bar:
+        metrics = {**first, **grpo_step(run, step)}
+        first = {}
+        note_skip(run, step, metrics)
+        if metrics.get("data/skipped_rows") is None and run.skipped_rows:
+            metrics["data/skipped_rows"] = run.skipped_rows
+        last = step == cfg.train.steps
+        if run.eval_data and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
+            metrics.update(run_eval(run))
+        logger.log(step, metrics)
+        shown = {"reward": metrics["reward/mean"], "acc": metrics.get("reward/accuracy"),
+                 "eval": metrics.get("eval/reward" if cfg.train.eval_reward else "eval/accuracy")}
+        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None})
+        if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
+            _save(run, step)
+    logger.close()
+    in_sync = ranks_in_sync(run)
+    summary = summarize(run, in_sync) if d.main else {}
+    if d.main:
+        write_report(run.run_dir, summary, title=f"GRPO run {run.run_dir.name}")
+    run.policy.save(run.run_dir / "final", main=d.main)
+    d.barrier()
+    return summary
+
+
+def note_skip(run: Run, step: int, metrics: dict[str, Any]) -> None:
+    """Count a skipped update; stop after `train.max_skipped_steps` of them in a row."""
+    skips = run.skips
+    if not metrics.get("update/skipped"):
+        skips.in_a_row = 0
+        return
+    skips.in_a_row += 1
+    skips.total += 1
+    if skips.in_a_row == 1:
+        skips.first = f"step {step}: {metrics.get('update/skip_cause', 'unknown')}"
+    metrics["update/skipped_total"] = skips.total
+    if run.dist.main:
+        print(f"warning: step {step} skipped, no optimiser step: "
+              f"{metrics.get('update/skip_cause')}", file=sys.stderr)
+    if skips.in_a_row >= run.cfg.train.max_skipped_steps:
+        raise TrainingError(f"{skips.in_a_row} steps in a row were skipped for non-finite values "
+                            f"(first at {skips.first}); the weights are unchanged since, and the "
+                            f"last complete checkpoint is intact. Check the rewards "
+                            f"(reward_errors.jsonl), optim.lr and the data")
+
+
+def ranks_in_sync(run: Run) -> bool | None:
+    """DDP: do all ranks hold bit-identical weights? (None where there is nothing to compare.)"""
+    if run.dist.strategy != "ddp":
+        return None
+    prints = run.dist.gather(parallel.weights_fingerprint(run.policy.model))
+    if len(set(prints)) > 1:
+        raise RuntimeError(f"DDP ranks hold different weights after training (fingerprints "
+                           f"{prints}): a rank trained on different gradients; report this")
+    return True
+
+
+def _save(run: Run, step: int) -> None:
+    d = run.dist
+    rng = d.gather(rng_state())
+    state = {"step": step, "scheduler": run.scheduler.state_dict(), "rng": rng,
+             "cursor": run.sampler.cursor, "world_size": d.world, "strategy": d.strategy}
+    sharded = None
+    if d.strategy == "fsdp2":
+        sharded = sharded_state(run.policy.base_model(), run.optimizer)
+    else:
+        state["optimizer"] = run.optimizer.state_dict()
+    save_checkpoint(run.run_dir, step, run.policy, state, keep=run.cfg.train.keep_checkpoints,
+                    dist=d, sharded=sharded)
+
+
+def summarize(run: Run, ranks_in_sync: bool | None = None) -> dict[str, Any]:
+    rows = read_metrics(run.run_dir / "metrics.jsonl")
+    evals = [r for r in rows if r.get("eval/accuracy") is not None]
+    trained = [r for r in rows if r.get("reward/mean") is not None]
+    summary: dict[str, Any] = {"steps": run.cfg.train.steps, "model": run.cfg.model.path,
+                               "train_rows": len(run.train_data), "eval_rows": len(run.eval_data),
+                               "world_size": run.dist.world, "strategy": run.dist.strategy}
+    if ranks_in_sync is not None:
+        summary["ranks_in_sync"] = ranks_in_sync
+    if evals:
+        summary["accuracy_start"] = evals[0]["eval/accuracy"]
+        summary["accuracy_end"] = evals[-1]["eval/accuracy"]
+        summary["accuracy_gain"] = summary["accuracy_end"] - summary["accuracy_start"]
+        for key in ("format_rate", "mean_length"):
+            if f"eval/{key}" in evals[-1]:
+                summary[f"{key}_end"] = evals[-1][f"eval/{key}"]
+        if "eval/reward" in evals[0]:                      # train.eval_reward
+            summary["reward_start"] = evals[0]["eval/reward"]
+            summary["reward_end"] = evals[-1]["eval/reward"]
+            summary["reward_gain"] = summary["reward_end"] - summary["reward_start"]
+    if trained:
+        tail = trained[-10:]
+        summary["train_reward_last10"] = float(np.mean([r["reward/mean"] for r in tail]))
+        summary["seconds_per_step"] = float(np.median([r["time/step_s"] for r in trained]))
+    return summary

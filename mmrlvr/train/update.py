@@ -1,0 +1,168 @@
+"""The policy update of one GRPO step: PPO-style epochs over the rollouts in micro-batches,
+the auxiliary objectives, and the guard that lets nothing non-finite reach the weights.
+
+Token-level losses are normalised by the step's token count over all ranks and scaled by the
+world size (DDP and FSDP2 average gradients over ranks): the ranks' gradients then add up to
+the gradient one process would compute on the whole batch.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import torch
+
+from mmrlvr import objectives as objectives_mod
+from mmrlvr.algo import grpo_loss
+from mmrlvr.core.errors import TrainingError
+from mmrlvr.core.types import select
+from mmrlvr.train import parallel
+from mmrlvr.train.parallel import Dist
+from mmrlvr.train.policy import Policy
+from mmrlvr.train.setup import Run
+
+
+def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: int) -> dict[str, float]:
+    """PPO-style epochs over the rollouts; one optimiser step per epoch.
+
+    The token-level loss is normalised by the step's token count over all ranks, and scaled by
+    the world size: DDP and FSDP2 average gradients over ranks, so the ranks' gradients then add
+    up to the gradient of the whole batch, as one process with the whole batch would compute it.
+    """
+    cfg, policy, d = run.cfg, run.policy, run.dist
+    G, T = rollouts.group_size, cfg.rollout.temperature
+    ids, mask = rollouts.completion_ids, rollouts.completion_mask                 # [N, C]
+    N = ids.shape[0]
+    total_tokens = max(d.all_sum(float(mask.sum())), 1.0)
+    total_seqs = int(d.all_sum(float(N)))
+    # every rank runs the same number of forwards and backwards: under several processes
+    # zero-advantage rows (which add nothing) are trained too; objectives run their own
+    needs_all = cfg.algo.beta > 0 or d.world > 1
+    rows = [r for r in range(N) if needs_all or advantages[r] != 0]
+    mb = cfg.train.micro_batch
+    micro = [rows[i:i + mb] for i in range(0, len(rows), mb)]
+
+    def forward(batch_rows, model=None, **kw):
+        prompt_rows = [r // G for r in batch_rows]
+        inputs, _ = select(rollouts.prompts, prompt_rows)
+        media = policy.shared_media(rollouts.prompts, prompt_rows, model)
+        width = max(int(mask[batch_rows].sum(dim=1).max()), 1)                 # trim right padding
+        return policy.completion_logprobs(inputs, ids[batch_rows, :width], mask[batch_rows, :width],
+                                          T, model=model, media=media, **kw), width
+
+    old, ref = {}, {}
+    with torch.no_grad():
+        for part in micro:
+            if cfg.algo.ppo_epochs > 1:
+                (lp, _), _ = forward(part)
+                old.update({r: lp[i].cpu() for i, r in enumerate(part)})
+            if cfg.algo.beta > 0:
+                if policy.lora:
+                    with policy.model.disable_adapter():
+                        (lp, _), _ = forward(part)
+                else:
+                    (lp, _), _ = forward(part, model=run.ref_model)
+                ref.update({r: lp[i].cpu() for i, r in enumerate(part)})
+
+    stats: dict[str, list[float]] = {"loss/policy": [], "loss/clip_frac": [], "loss/kl": []}
+    entropy_sum, gap_sum, gap_max, token_count = 0.0, 0.0, 0.0, 0.0
+    grad_norm, cause = 0.0, ""
+    if not torch.isfinite(advantages).all():
+        cause = "non-finite advantages"
+    for epoch in range(cfg.algo.ppo_epochs):
+        run.optimizer.zero_grad(set_to_none=True)
+        # objectives first: the last backward of the epoch is then a micro-batch on every rank,
+        # and DDP all-reduces once, there
+        with sync_grads(d, policy, False):
+            aux = _objective_losses(run, rollouts, scores, advantages, step)
+        stats.update({k: [v] for k, v in aux.items()})
+        for k, part in enumerate(micro):
+            with sync_grads(d, policy, k == len(micro) - 1):
+                (logp, entropy), width = forward(part, with_entropy=epoch == 0)
+                m = mask[part, :width].to(logp.device).float()                    # [n, w]
+                old_lp = torch.stack([old[r][:width] for r in part]).to(logp.device) if old \
+                    else logp.detach()
+                ref_lp = torch.stack([ref[r][:width] for r in part]).to(logp.device) if ref else None
+                loss, st = grpo_loss(
+                    logp, old_lp, advantages[part].to(logp.device), m, clip_low=cfg.algo.clip_low,
+                    clip_high=cfg.algo.clip_high, loss_agg=cfg.algo.loss_agg,
+                    norm_len=cfg.algo.norm_len or cfg.rollout.max_new_tokens, beta=cfg.algo.beta,
+                    ref_logp=ref_lp, kl_estimator=cfg.algo.kl_estimator,
+                    total_tokens=total_tokens, total_seqs=total_seqs)
+                (loss * d.world).backward()
+            if not cause and not torch.isfinite(loss.detach()):
+                cause = f"non-finite loss (epoch {epoch + 1}, micro-batch {k + 1})"
+            stats["loss/policy"].append(float(loss.detach()))
+            stats["loss/clip_frac"].append(st["clip_frac"])
+            if "kl" in st:
+                stats["loss/kl"].append(st["kl"])
+            if epoch == 0:
+                n_tok = float(m.sum())
+                token_count += n_tok
+                entropy_sum += float((entropy * m).sum())
+                if rollouts.sample_logprobs is not None:
+                    gap = (rollouts.sample_logprobs[part, :width].to(logp.device) - logp.detach()).abs()
+                    gap_sum += float((gap * m).sum())
+                    gap_max = max(gap_max, float((gap * m).max()))
+        grad_norm = clip_grad_norm(policy.trainable_parameters(),
+                                   cfg.optim.max_grad_norm or float("inf"))
+        if not cause and not math.isfinite(grad_norm):
+            cause = "non-finite gradient norm"
+        causes = [c for c in d.gather(cause) if c]        # one rank's NaN stops every rank's step
+        if causes:
+            run.optimizer.zero_grad(set_to_none=True)
+            break
+        run.optimizer.step()   # a no-op when every group had zero spread (no gradients)
+        run.engine.mark_weights_changed()
+        if not parallel.all_finite(d, policy.trainable_parameters()):
+            raise TrainingError(f"step {step}: the optimiser step made weights non-finite (lr "
+                                f"{run.scheduler.get_last_lr()[0]:g}, gradient norm {grad_norm:g}); "
+                                "stopping before anything is saved; the last complete checkpoint "
+                                "is intact")
+    out = {k: (sum(v) if k == "loss/policy" else float(np.mean(v))) for k, v in stats.items() if v}
+    out["update/skipped"] = float(bool(causes))
+    if causes:
+        out["update/skip_cause"] = causes[0]
+    # this rank's part of the global loss; summed, it is the whole batch's loss
+    out["loss/policy"] = d.all_sum(out.get("loss/policy", 0.0)) / max(cfg.algo.ppo_epochs, 1)
+    out["optim/grad_norm"] = grad_norm
+    out["update/trained_rows"] = len(rows)
+    if token_count:
+        out["policy/entropy"] = entropy_sum / token_count
+        if rollouts.sample_logprobs is not None:
+            out["rollout/logprob_gap"] = gap_sum / token_count
+            out["rollout/logprob_gap_max"] = gap_max
+    return out
+
+
+def sync_grads(d: Dist, policy: Policy, sync: bool) -> contextlib.AbstractContextManager:
+    """DDP: skip the gradient all-reduce for this forward+backward unless `sync` (the last of
+    the update). FSDP2 reduce-scatters each backward's gradients into the shards as it goes."""
+    if d.strategy == "ddp" and not sync:
+        return policy.forward_model.no_sync()
+    return contextlib.nullcontext()
+
+
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
+    """Clip the global gradient norm (sharded gradients too); returns the norm before clipping."""
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    if hasattr(norm, "full_tensor"):          # FSDP2: a DTensor replicated on every rank
+        norm = norm.full_tensor()
+    return float(norm)
+
+
+def _objective_losses(run: Run, rollouts, scores, advantages, step: int) -> dict[str, float]:
+    if not run.objectives:
+        return {}
+    ctx = objectives_mod.StepContext(run.policy, rollouts, scores, advantages, step,
+                                     run.cfg.train.steps, run.run_dir, run.ref_model)
+    out = {}
+    for weight, objective in run.objectives:
+        loss, st = objective.loss(ctx)
+        if loss is not None:
+            # the objectives' own means are per rank: their gradients average over ranks
+            (weight * loss).backward()
+            out[f"objective/{objective.name}"] = float(loss.detach())
+        out.update({f"objective/{objective.name}/{k}": v for k, v in st.items()})
+    return out

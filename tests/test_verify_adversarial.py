@@ -1,0 +1,214 @@
+"""Degenerate completions: extraction, matching and the accuracy reward stay bounded.
+
+Each call must finish well under ``BOUND_S`` (the target is < 50 ms; ``python bench/verify.py
+--adversarial`` prints the figures) and fail closed: no match for garbage, ``too_complex``
+where a size bound cut the check short, the exact answer where a legitimate one is inside.
+Before the bounds, nested ``\\boxed{`` cost cubic time (800 levels: 65 s of CPU) and a run
+of 20,000 spaces before an "or" 27 s.
+"""
+
+import random
+import time
+
+import pytest
+
+from mmrlvr.data import Example
+from rewards import verify
+from rewards.accuracy import AccuracyReward
+from rewards.verify import TOO_COMPLEX, extract_outcome, match_outcome
+
+BOUND_S = 1.0  # generous for a slow shared CI machine; the measured worst is ~50 ms
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_sympy():
+    verify.match("\\sin^2 x + \\cos^2 x", "1")  # the first symbolic call imports sympy
+
+
+def _timed(fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    took = time.perf_counter() - t0
+    assert took < BOUND_S, f"{fn.__name__} took {took:.2f} s"
+    return out
+
+
+def _boxes(k: int, inner: str = "1") -> str:
+    return "\\boxed{" * k + inner + "}" * k
+
+
+def _random(alphabet, n: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+_WORDS = ["lorem", "ipsum", "dolor", "answer", "the", "x", "2"]  # "answer", never "answer is"
+_PLAIN = " ".join(random.Random(1).choice(_WORDS) for _ in range(30_000))  # ~180 KB
+
+
+# ---------------------------------------------------------------------------
+# extraction: (completion, extracted answer or None, outcome)
+# ---------------------------------------------------------------------------
+
+EXTRACT_CASES = {
+    "boxed nested 3": (_boxes(3), "1", "answer"),
+    "boxed nested 50 (the depth bound)": (_boxes(verify.MAX_BRACE_DEPTH), "1", "answer"),
+    "boxed nested 52": (_boxes(verify.MAX_BRACE_DEPTH + 2), None, TOO_COMPLEX),
+    "boxed nested 800": (_boxes(800), None, TOO_COMPLEX),
+    "boxed nested 10,000": (_boxes(10_000), None, TOO_COMPLEX),
+    "<answer> boxed nested 800": (f"<answer>{_boxes(800)}</answer>", None, TOO_COMPLEX),
+    "<answer> boxed nested 10,000": (f"<answer>{_boxes(10_000)}</answer>", None, TOO_COMPLEX),
+    "1 MB random braces/backslashes": (_random("{}\\", 1 << 20), None, TOO_COMPLEX),
+    "1 MB plain text": (_PLAIN * 6, None, TOO_COMPLEX),
+    "180 KB plain text": (_PLAIN, None, "no_answer"),
+    "180 KB plain text, then the answer": (_PLAIN + ". The answer is 42.", "42", "answer"),
+    "50,000 <answer> tags": ("<answer>" * 50_000, None, TOO_COMPLEX),
+    "20,000 <answer> tags, unclosed": ("<answer>" * 20_000, None, "no_answer"),
+    "10,000 <answer> pairs, then the answer":
+        ("<answer>1</answer>" * 10_000 + "<answer>42</answer>", "42", "answer"),
+    "unbalanced: closes before an unclosed open": ("</answer>" * 10_000 + "<answer>5", None, "no_answer"),
+    "unbalanced: 10,000 opens then 10,000 closes":
+        ("<answer>" * 10_000 + "</answer>" * 10_000, None, TOO_COMPLEX),
+    "\\frac nested 1,000": ("\\boxed{" + "\\frac{" * 1000 + "1" + "}{2}" * 1000 + "}", None, TOO_COMPLEX),
+    "\\sqrt nested 2,000": ("\\boxed{" + "\\sqrt{" * 2000 + "2" + "}" * 2000 + "}", None, TOO_COMPLEX),
+    "100,000 digits": ("\\boxed{" + "1" * 100_000 + "}", None, TOO_COMPLEX),
+    "65 boxes in the final span": ("\\boxed{1}" * 65, None, TOO_COMPLEX),
+    "64 boxes in the final span": ("\\boxed{1}" * 64, "1", "answer"),
+    "3,900 'or' alternatives": ("<answer>" + "1 or " * 3900 + "1</answer>", None, TOO_COMPLEX),
+    "answer over MAX_ANSWER_CHARS": ("<answer>" + "a" * 20_001 + "</answer>", None, TOO_COMPLEX),
+}
+
+
+@pytest.mark.parametrize("name", EXTRACT_CASES)
+def test_extraction_is_bounded(name):
+    text, answer, outcome = EXTRACT_CASES[name]
+    assert _timed(extract_outcome, text) == (answer, outcome)
+
+
+def test_random_latex_under_the_length_bound_is_bounded():
+    pieces = ["{", "}", "\\", "\\boxed{", "\\boxed ", "<answer>", "</answer>", " ", "x", " or ", "\n"]
+    pieces += ["\\frac{", "^{"]
+    for seed in range(3):
+        text = "".join(random.Random(seed).choice(pieces) for _ in range(40_000))  # ~110 KB
+        answer, outcome = _timed(extract_outcome, text)
+        assert outcome in ("answer", "no_answer", TOO_COMPLEX)
+        assert (answer is None) is (outcome != "answer")
+        if answer is not None:
+            assert _timed(match_outcome, answer, "42") != "match"
+
+
+def test_whitespace_runs_stay_linear():
+    # formerly quadratic/cubic regex backtracking: 27 s for 20,000 spaces
+    text = "<answer>A" + " " * 19_000 + "x or B</answer>"
+    answer, outcome = _timed(extract_outcome, text)
+    assert outcome == "answer" and answer == "A" + " " * 19_000 + "x or B"
+    for gold in ("42", "B", "yes", "Paris", "x^2+1"):
+        assert _timed(match_outcome, "1" + " " * 19_000 + "x", gold) == "no_match"
+    # past MAX_SYMBOLIC_CHARS the formula is not parsed: too complex
+    dots = "1" + "." * 19_000 + "x"
+    verdicts = [_timed(match_outcome, dots, gold) for gold in ("42", "B", "yes", "x^2+1")]
+    assert verdicts == [TOO_COMPLEX, "no_match", "no_match", TOO_COMPLEX]
+
+
+# ---------------------------------------------------------------------------
+# matching: (answer, gold, verdict)
+# ---------------------------------------------------------------------------
+
+_SET = ",".join(f"x^{{{k}}}" for k in range(64))
+_SET_REVERSED = ",".join(f"x^{{{k}}}" for k in range(63, -1, -1))
+
+MATCH_CASES = {
+    "10^{10^{10^{10}}} vs 10": ("10^{10^{10^{10}}}", "10", TOO_COMPLEX),
+    "10^{10^{10^{10}}} vs itself + 1": ("10^{10^{10^{10}}}", "10^{10^{10^{10}}}+1", TOO_COMPLEX),
+    "10^{10^{10^{10}}} vs itself, same string": ("10^{10^{10^{10}}}", "10^{10^{10^{10}}}", "match"),
+    "9^{9^{9^9}} vs 9": ("9^{9^{9^9}}", "9", TOO_COMPLEX),
+    "9^{9^{9^9}} vs 9^{9^{9^8}}": ("9^{9^{9^9}}", "9^{9^{9^8}}", TOO_COMPLEX),
+    "e^{e^{e^{e^{e^{e^x}}}}} vs the same in y":
+        ("e^{e^{e^{e^{e^{e^{x}}}}}}", "e^{e^{e^{e^{e^{e^{y}}}}}}", TOO_COMPLEX),
+    "e^{e^{e^{e^{2}}}} (huge but finite) vs 1": ("e^{e^{e^{e^{2}}}}", "1", "no_match"),
+    "100,000 digits vs the same": ("1" * 100_000, "1" * 100_000, TOO_COMPLEX),
+    "100,000 digits vs one digit off": ("1" * 100_000, "1" * 99_999 + "2", TOO_COMPLEX),
+    "100,000 digits vs 42": ("1" * 100_000, "42", TOO_COMPLEX),
+    "2,000 digits vs the same": ("1" * 2000, "1" * 2000, "match"),
+    "2,000 digits vs one digit off": ("1" * 2000, "1" * 1999 + "2", "no_match"),
+    "1,200 digits with separators": (f"{int('1' * 1200):,}", "1" * 1200, "match"),
+    "\\frac nested 1,000 vs 1": ("\\frac{" * 1000 + "1" + "}{2}" * 1000, "1", TOO_COMPLEX),
+    "\\frac nested 3 vs 1/8": ("\\frac{\\frac{\\frac{1}{2}}{2}}{2}", "\\frac{1}{8}", "match"),
+    "continued fraction 1/(1+1/(1+1/2)) vs 0.6":
+        ("\\frac{1}{1+\\frac{1}{1+\\frac{1}{2}}}", "0.6", "match"),
+    "continued fraction x/(1+x/...) 20 deep vs x (formerly 50 s)":
+        ("\\frac{x}{1+" * 20 + "x" + "}" * 20, "x", TOO_COMPLEX),
+    "\\sqrt nested 10 vs x^{1/1024}": ("\\sqrt{" * 10 + "x" + "}" * 10, "x^{\\frac{1}{1024}}", "match"),
+    "\\sqrt{1+\\sqrt{1+...}} 10 deep vs x": ("\\sqrt{1+" * 10 + "x" + "}" * 10, "x", TOO_COMPLEX),
+    "\\sqrt nested 2,000 vs 2": ("\\sqrt{" * 2000 + "2" + "}" * 2000, "2", TOO_COMPLEX),
+    "\\log_2 nested 30 vs x": ("\\log_{2}(" * 30 + "x" + ")" * 30, "x", TOO_COMPLEX),
+    "24 sin^2+cos^2 terms vs 24 (formerly > 20 s)":
+        ("+".join(f"\\sin^2({k}x)+\\cos^2({k}x)" for k in range(1, 25)), "24", TOO_COMPLEX),
+    "(x+y+z+w+1)^{40} (sin^2+cos^2) vs (x+y+z+w+1)^{40}: 135,751 terms to expand":
+        ("(x+y+z+w+1)^{40}(\\sin^2 x+\\cos^2 x)", "(x+y+z+w+1)^{40}", TOO_COMPLEX),
+    "\\binom{10000}{5000} vs 1": ("\\binom{10000}{5000}", "1", "no_match"),
+    "set of 64 powers, reversed": ("\\{" + _SET + "\\}", "\\{" + _SET_REVERSED + "\\}", "match"),
+    "nested \\boxed 50 vs 1": (_boxes(verify.MAX_BRACE_DEPTH), "1", "match"),
+    "nested \\boxed 800 vs 1": (_boxes(800), "1", TOO_COMPLEX),
+    "2xy-style letter runs, 20,000 chars, vs 42":
+        ("".join(f"2{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}+" for i in range(4000)), "42", TOO_COMPLEX),
+    "1 MB random braces/backslashes vs 1": (_random("{}\\", 1 << 20), "1", TOO_COMPLEX),
+}
+
+
+@pytest.mark.parametrize("name", MATCH_CASES)
+def test_match_is_bounded(name):
+    answer, gold, verdict = MATCH_CASES[name]
+    assert _timed(match_outcome, answer, gold) == verdict
+
+
+def test_too_complex_is_counted_once_per_call():
+    verify.reset_stats()
+    extract_outcome(_boxes(800))
+    match_outcome("10^{10^{10^{10}}}", "10")
+    match_outcome("42", "42")
+    s = verify.stats()
+    assert s["too_complex"] == 2
+    assert s["extract_calls"] == 1 and s["extract_none"] == 1 and s["match_calls"] == 2
+
+
+@pytest.mark.parametrize("gold", [None, "", "   ", "$$", "\\boxed{}"])
+def test_missing_gold_fails_closed(gold):
+    verify.reset_stats()
+    assert _timed(match_outcome, "3", gold) == "no_match"
+    assert verify.match("3", gold) is False
+    assert verify.stats()["gold_missing"] == 2
+
+
+def test_too_complex_gold_fails_closed():
+    assert match_outcome("1", "1" * (verify.MAX_ANSWER_CHARS + 1)) == TOO_COMPLEX
+    assert match_outcome("1", _boxes(verify.MAX_BRACE_DEPTH + 1)) == TOO_COMPLEX
+    with pytest.raises(ValueError, match="too complex"):
+        verify.detect_kind(_boxes(verify.MAX_BRACE_DEPTH + 1))
+
+
+# ---------------------------------------------------------------------------
+# the accuracy reward reports the outcome
+# ---------------------------------------------------------------------------
+
+
+def test_accuracy_reward_flags_too_complex():
+    reward = AccuracyReward()
+    completions = [
+        "<answer>42</answer>",  # correct
+        "<answer>41</answer>",  # wrong
+        "no answer here",  # unparsed
+        _boxes(10_000, "42"),  # extraction too complex
+        "\\boxed{10^{10^{10^{10}}}}",  # matching too complex
+        "<answer>" * 50_000,  # too long to read
+    ]
+    scores = _timed(reward.score, Example(id="q", prompt="", answer="42"), completions)
+    assert [s["overall"] for s in scores] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert [s["parsed"] for s in scores] == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    assert [s["too_complex"] for s in scores] == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("gold", ["", "   "])
+def test_accuracy_reward_with_empty_gold_scores_zero(gold):
+    scores = AccuracyReward().score(Example(id="q", prompt="", answer=gold), ["<answer>3</answer>"])
+    assert scores == [{"overall": 0.0, "parsed": 1.0, "too_complex": 0.0}]

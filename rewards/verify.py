@@ -21,12 +21,20 @@ Public API
     ``\\boxed{}`` in the final answer span, or "A or B" between two different
     atomic answers such as letters, numbers, yes/no or formulas), when the last
     ``<answer>`` tag is never closed, or when the last ``\\boxed{`` is never
-    closed (truncated generation).
+    closed (truncated generation); and when the completion or its answer is
+    past a bound (see below).
+
+``extract_outcome(text: str) -> tuple[str | None, str]``
+    ``(extract_answer(text), outcome)``: outcome ``"answer"``, ``"no_answer"``,
+    or ``TOO_COMPLEX`` (``"too_complex"``: a bound cut the extraction short).
 
 ``match(answer: str | None, gold: str, choices: list[str] | None = None) -> bool``
     Whether ``answer`` is a correct answer for ``gold``.  ``match(None, gold)``
-    is ``False``; an empty/whitespace-only gold raises ``ValueError``.  The
-    kind of comparison comes from the gold (see ``detect_kind``):
+    is ``False``; so is any match against a missing or empty gold (``None``,
+    ``""``, ``"$$"``): a bad row scores 0 mid-run instead of stopping it, and
+    is counted in ``gold_missing`` (rows are meant to be rejected when loaded:
+    ``detect_kind`` raises ``ValueError`` for them).  The kind of comparison
+    comes from the gold (see ``detect_kind``):
 
     * ``"number"`` - integers, decimals, scientific notation, fractions
       (``\\frac``/``\\dfrac``/``\\tfrac``/``a/b``), percentages.  Compared
@@ -73,6 +81,10 @@ Public API
     ``0.5`` is *not* accepted for ``50%``), a degree sign (``30^\\circ``) and
     a currency ``\\$``.  Other units are not stripped (conservative).
 
+``match_outcome(answer, gold, choices=None) -> str``
+    ``"match"``, ``"no_match"``, or ``TOO_COMPLEX`` (a bound cut the check
+    short; not a match).  ``match`` is ``match_outcome(...) == "match"``.
+
 ``detect_kind(gold: str, choices: list[str] | None = None) -> str``
     One of ``"number"``, ``"expression"``, ``"choice"``, ``"yesno"``,
     ``"text"``; used to log per-kind accuracy.
@@ -85,8 +97,10 @@ Public API
     kind), ``gold_unparsed`` (an expression gold our parser cannot read;
     compared as normalised strings), ``symbolic_calls`` (matches that needed
     sympy), ``symbolic_bounded`` (symbolic checks cut short by a size /
-    complexity bound and answered ``False``), ``symbolic_errors``, and
-    ``kind_<kind>`` per-kind match counts.
+    complexity bound and answered ``False``), ``symbolic_errors``,
+    ``too_complex`` (calls of either function whose outcome is
+    ``TOO_COMPLEX``), ``gold_missing``, and ``kind_<kind>`` per-kind match
+    counts.
 
 Thread safety and bounds
 ========================
@@ -94,12 +108,27 @@ Thread safety and bounds
 No signals, no global mutable state other than the counters (behind a
 ``threading.Lock``) and ``functools.lru_cache`` caches.  Safe to call from
 many threads.  Plain numbers, letters, yes/no and text never import or touch
-sympy.  Symbolic work is bounded without timeouts: inputs longer than
-``MAX_SYMBOLIC_CHARS`` are not parsed, powers/factorials that would build huge
-integers are refused at parse time, and ``sympy.simplify`` only runs on
-differences with at most ``MAX_SIMPLIFY_OPS`` operations and no large
-polynomial powers; anything cut off answers ``False`` (fail closed) and is
-counted in ``symbolic_bounded``.
+sympy.
+
+Every call is bounded by construction, without timeouts: past a bound the
+outcome is ``TOO_COMPLEX``, which fails closed (no answer / no match) and is
+counted, never an exception or a long computation.  Extraction reads at most
+``MAX_TEXT_CHARS``; one left-to-right scan pairs every brace, so boxes cost
+linear time however they nest.  An answer (extracted, or given to ``match``;
+golds and option texts too) has at most ``MAX_ANSWER_CHARS`` characters and
+``MAX_BRACE_DEPTH`` levels of braces; whitespace runs in it are cut to
+``MAX_SPACE_RUN``, and the final-answer span compares at most
+``MAX_ANSWER_BOXES`` boxes or "or" alternatives.  The symbolic path parses at
+most ``MAX_SYMBOLIC_CHARS``, nested at most ``MAX_EXPRESSION_DEPTH`` deep with
+at most ``MAX_FUNCTION_NESTING`` nested functions; powers/factorials that
+would build huge integers are refused at parse time; numeric evaluation runs
+only when no exponent or function argument exceeds ``10**MAX_DIGITS``;
+``sympy.expand`` only when it would form at most ``MAX_EXPAND_TERMS`` terms
+and ``sympy.simplify`` only on differences with at most ``MAX_SIMPLIFY_OPS``
+operations and ``MAX_SIMPLIFY_FUNCS`` functions; two sets compare at most
+``MAX_SET_CHECKS`` element pairs.  Symbolic checks cut off are also counted in
+``symbolic_bounded``.  ``python bench/verify.py --adversarial`` times the
+worst inputs found (each under 50 ms).
 """
 
 from __future__ import annotations
@@ -114,26 +143,61 @@ from fractions import Fraction
 
 __all__ = [
     "KINDS",
+    "MAX_ANSWER_CHARS",
+    "MAX_BRACE_DEPTH",
     "MAX_SIMPLIFY_OPS",
     "MAX_SYMBOLIC_CHARS",
+    "MAX_TEXT_CHARS",
+    "TOO_COMPLEX",
     "detect_kind",
     "extract_answer",
+    "extract_outcome",
     "match",
+    "match_outcome",
     "reset_stats",
     "stats",
 ]
 KINDS = ("number", "expression", "choice", "yesno", "text")
+#: The outcome of an extraction or a match cut short by one of the bounds below (fails closed).
+TOO_COMPLEX = "too_complex"
+
+#: Longest completion ``extract_answer`` reads (about 50 K tokens).
+MAX_TEXT_CHARS = 200_000
+#: Longest final answer: an extracted answer, or ``match``'s answer, gold or option text.
+MAX_ANSWER_CHARS = 20_000
+#: Deepest ``{}`` nesting in an answer.
+MAX_BRACE_DEPTH = 50
+#: Most ``\boxed{}`` the final-answer ambiguity check compares.
+MAX_ANSWER_BOXES = 64
+#: Longest whitespace run kept in a matched answer: longer runs are cut to this (they mean
+#: nothing there, and a regex such as ``\s*x\s*y`` is quadratic in their length).
+MAX_SPACE_RUN = 16
 
 #: Longest (normalised) answer/gold string handed to the symbolic parser.
 MAX_SYMBOLIC_CHARS = 600
-#: Largest ``count_ops`` of a difference that ``sympy.simplify`` may see.
-MAX_SIMPLIFY_OPS = 250
+#: Largest ``count_ops`` of a difference compared symbolically at all.
+MAX_SYMBOLIC_OPS = 250
+#: Largest ``count_ops`` of a difference that ``sympy.simplify`` may see (its time grows fast:
+#: about 0.1 s at 40 operations with six trig functions, 20 s at 150).
+MAX_SIMPLIFY_OPS = 40
+#: Most function applications (sin, exp, ...) in a difference that ``sympy.simplify`` may see.
+MAX_SIMPLIFY_FUNCS = 6
+#: Deepest parsed formula: bracket nesting, and depth of its sympy tree.  sympy's numeric
+#: evaluation can redo a whole subtree at each level (``x/(1+x/(1+...))`` 20 deep: 50 s).
+MAX_EXPRESSION_DEPTH = 12
+#: Deepest nesting of functions and roots in a parsed formula (``\log(\log(x))`` is 2): the
+#: evaluation of nested logs of complex values doubles its work at each level.
+MAX_FUNCTION_NESTING = 4
+#: Most terms ``sympy.expand`` may form (estimated before it runs, from degrees and term counts).
+MAX_EXPAND_TERMS = 20_000
 #: Largest number of decimal digits a parsed number may have / produce.
 MAX_DIGITS = 2000
 #: Largest exponent of an exact decimal that is turned into a Fraction.
 MAX_DECIMAL_EXPONENT = 4000
 #: Most elements in a set/tuple/list answer.
 MAX_ELEMENTS = 64
+#: Most element comparisons when two sets are matched (identical elements pair off for free).
+MAX_SET_CHECKS = 64
 
 # ---------------------------------------------------------------------------
 # statistics
@@ -155,6 +219,8 @@ _STAT_KEYS = (
     "symbolic_calls",
     "symbolic_bounded",
     "symbolic_errors",
+    "too_complex",
+    "gold_missing",
 ) + tuple("kind_" + k for k in KINDS)
 
 _stats_lock = threading.Lock()
@@ -180,7 +246,11 @@ def reset_stats() -> None:
 
 
 class _Bounded(Exception):
-    """A symbolic check refused because it would be too expensive."""
+    """A check refused because it would be too expensive: the outcome is ``TOO_COMPLEX``."""
+
+
+class _GoldMissing(ValueError):
+    """The gold answer is missing or empty."""
 
 
 class _ParseError(Exception):
@@ -222,26 +292,58 @@ def _clean_unicode(s: str) -> str:
     return s
 
 
-def _match_brace(s: str, i: int) -> int:
-    """Index of the ``}`` closing the ``{`` at ``s[i]``; -1 if unclosed.
+# A brace, or an escape that hides one (``\{``, ``\}``, ``\\``): scanning these tokens left to
+# right reads braces as TeX does while stepping over everything else in C.
+_BRACE_TOKEN_RE = re.compile(r"\\[\\{}]|[{}]")
 
-    Escaped braces (``\\{``, ``\\}``) do not count.
+
+def _closing_braces(s: str, opens: set | None, start: int) -> dict:
+    """``{i: j}``: the ``}`` at ``j`` closes the ``{`` at ``i``, for each ``i`` in ``opens``
+    (every ``{`` if None).
+
+    One left-to-right scan from ``start`` (an unescaped ``{``), so finding every box of a
+    completion is linear in its length however the boxes nest.
     """
+    out, stack = {}, []
+    for m in _BRACE_TOKEN_RE.finditer(s, start):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif m.group() == "}" and stack:
+            i = stack.pop()
+            if opens is None or i in opens:
+                out[i] = m.start()
+    return out
+
+
+def _too_deep(s: str) -> bool:
+    """Whether unescaped ``{}`` in ``s`` nest deeper than ``MAX_BRACE_DEPTH``."""
+    if s.count("{") <= MAX_BRACE_DEPTH:
+        return False
     depth = 0
-    n = len(s)
-    while i < n:
-        c = s[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
+    for m in _BRACE_TOKEN_RE.finditer(s):
+        if m.group() == "{":
             depth += 1
-        elif c == "}":
+            if depth > MAX_BRACE_DEPTH:
+                return True
+        elif m.group() == "}" and depth:
             depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
+    return False
+
+
+def _check_size(s: str, what: str) -> None:
+    """Raise ``_Bounded`` when ``s`` is past ``MAX_ANSWER_CHARS`` or ``MAX_BRACE_DEPTH``."""
+    if len(s) > MAX_ANSWER_CHARS:
+        raise _Bounded(f"{what}: {len(s)} characters > MAX_ANSWER_CHARS={MAX_ANSWER_CHARS}")
+    if _too_deep(s):
+        raise _Bounded(f"{what}: braces nest deeper than MAX_BRACE_DEPTH={MAX_BRACE_DEPTH}")
+
+
+_LONG_SPACE_RE = re.compile(r"(\s{%d})\s+" % MAX_SPACE_RUN)
+
+
+def _squeeze_space(s: str) -> str:
+    """``s`` with every whitespace run cut to ``MAX_SPACE_RUN`` characters."""
+    return _LONG_SPACE_RE.sub(r"\1", s) if len(s) > MAX_SPACE_RUN else s
 
 
 _WRAP_CMD_RE = re.compile(
@@ -249,7 +351,11 @@ _WRAP_CMD_RE = re.compile(
     r"mathbf|mathit|mathsf|mathtt|mathnormal|mbox|hbox|operatorname|emph|bm|"
     r"boldsymbol)\s*\{"
 )
-_TRAIL_PUNCT_RE = re.compile(r"(?:\s|[.;]|\\[,;:! ]|\\quad|\\qquad)+\Z")
+# The trailing run of spaces, ``.``, ``;`` and TeX spacing (``\,``, ``\quad``...), matched at the
+# start of the *reversed* string: ``(?:...)+\Z`` searched forwards retries every start inside a
+# long run (quadratic); anchored on the reversed string it is one greedy pass.  Two-character
+# tokens come first, so ``x\;`` loses both characters, as the forward search strips them.
+_TRAIL_PUNCT_REV_RE = re.compile(r"(?:dauqq\\|dauq\\|[,;:! ]\\|\s|[.;])+")
 _LEAD_SPACE_RE = re.compile(r"\A(?:\s|\\[,;:! ]|\\quad|\\qquad)+")
 _DISPLAYSTYLE_RE = re.compile(r"\\(?:displaystyle|textstyle)\b\s*")
 
@@ -259,50 +365,67 @@ def _unwrap(s: str) -> str:
     s = _clean_unicode(s)
     if "\\displaystyle" in s or "\\textstyle" in s:
         s = _DISPLAYSTYLE_RE.sub("", s)
+    # Every step cuts s at its ends, so s is always base[lo:lo + len(s)] and one brace scan of
+    # base (on the first wrapper command) answers "does this { close at the end?" for every layer.
+    base, lo, closes = s, 0, None
     prev = None
     while s != prev:
         prev = s
-        s = _TRAIL_PUNCT_RE.sub("", s)
-        s = _LEAD_SPACE_RE.sub("", s)
+        m = _TRAIL_PUNCT_REV_RE.match(s[::-1])
+        if m:
+            s = s[: len(s) - m.end()]
+        m = _LEAD_SPACE_RE.match(s)
+        if m:
+            lo += m.end()
+            s = s[m.end() :]
         n = len(s)
         if n < 2:
             break
         a, z = s[0], s[-1]
         if a == "$" and z == "$":
             if s.startswith("$$") and s.endswith("$$") and n >= 4 and "$" not in s[2:-2]:
+                lo += 2
                 s = s[2:-2]
                 continue
             if "$" not in s[1:-1]:
+                lo += 1
                 s = s[1:-1]
                 continue
         if a == "\\" and n >= 4:
             if (s.startswith("\\(") and s.endswith("\\)") and "\\(" not in s[2:-2]) or (
                 s.startswith("\\[") and s.endswith("\\]") and "\\[" not in s[2:-2]
             ):
+                lo += 2
                 s = s[2:-2]
                 continue
             m = _WRAP_CMD_RE.match(s)
             if m:
-                end = _match_brace(s, m.end() - 1)
-                if end == n - 1:
+                if closes is None:
+                    closes = _closing_braces(base, None, 0)
+                if closes.get(lo + m.end() - 1) == lo + n - 1:
+                    lo += m.end()
                     s = s[m.end() : -1]
                     continue
         if a == "*" and z == "*":
             t = s.strip("*")
             if t and "*" not in t:
+                lo += n - len(s.lstrip("*"))
                 s = t
                 continue
         if a == "_" and z == "_" and n > 2:
             t = s.strip("_")
             if t and "_" not in t:
+                lo += n - len(s.lstrip("_"))
                 s = t
                 continue
         if a == "`" and z == "`":
             t = s.strip("`")
             if t and "`" not in t:
+                lo += n - len(s.lstrip("`"))
                 s = t
                 continue
         if a == '"' and z == '"' and n > 2 and '"' not in s[1:-1]:
+            lo += 1
             s = s[1:-1]
             continue
     return s
@@ -375,19 +498,26 @@ def _looks_like_math(s: str) -> bool:
     """Heuristic: is ``s`` (already unwrapped) a formula rather than prose?"""
     if "\\" in s and _LATEX_CMD_RE.search(s):
         return True  # LaTeX math commands / environments: never prose
-    for w in _ALPHA_RUN_RE.findall(s):
+    first = {}  # where each 2-3 letter string first occurs in s (so far): s.find, kept linear
+    for m in _ALPHA_RUN_RE.finditer(s):
+        w = m.group()
+        if len(w) < 2:
+            continue
         # prose words make it text, unless a math word (sqrt, pi, ...) or a
         # run of single-letter variables such as ``xy`` in ``2xy``
-        if len(w) > 1 and w not in _MATH_WORDS and not _is_variable_run(w, s):
+        if w not in _MATH_WORDS and not _is_variable_run(w, s, first.get(w, m.start())):
             return False
+        for k in (2, 3):
+            for j in range(len(w) - k + 1):
+                first.setdefault(w[j : j + k], m.start() + j)
     return bool(_MATHY_CHARS_RE.search(s)) or len(s.strip()) == 1
 
 
-def _is_variable_run(w: str, s: str) -> bool:
+def _is_variable_run(w: str, s: str, i: int) -> bool:
     # a short all-lowercase run directly attached to a digit/operator, e.g. 2xy
+    # (judged where ``w`` first occurs in ``s``, at ``i``)
     if len(w) > 3 or not w.islower():
         return False
-    i = s.find(w)
     before = s[i - 1] if i > 0 else " "
     after = s[i + len(w)] if i + len(w) < len(s) else " "
     return (before.isdigit() or before in "^_+-*/(){}=") or (after in "^_+-*/(){}=")
@@ -395,10 +525,11 @@ def _is_variable_run(w: str, s: str) -> bool:
 
 @functools.lru_cache(maxsize=65536)
 def _gold_spec(gold: str, choices: tuple | None):
-    """Parse a gold answer once: (kind, payload)."""
-    g = _unwrap(gold)
+    """Parse a gold answer once: (kind, payload).  Raises ``_Bounded`` past the size bounds."""
+    _check_size(gold, "gold")
+    g = _unwrap(_squeeze_space(gold))
     if not g.strip():
-        raise ValueError("empty gold answer")
+        raise _GoldMissing(f"gold answer {gold!r} is empty once its wrappers are removed")
     if choices:
         labels = [_choice_text(c, i) for i, c in enumerate(choices)]
         m = _LETTER_GOLD_RE.match(g.strip())
@@ -429,14 +560,21 @@ def _check_gold(gold) -> str:
     if isinstance(gold, (int, float, Fraction, Decimal)) and not isinstance(gold, bool):
         gold = str(gold)
     if not isinstance(gold, str) or not gold.strip():
-        raise ValueError(f"empty or non-string gold answer: {gold!r}")
+        raise _GoldMissing(f"empty or non-string gold answer: {gold!r}")
     return gold
 
 
 def detect_kind(gold: str, choices: list[str] | None = None) -> str:
-    """The comparison kind for ``gold``: number/expression/choice/yesno/text."""
+    """The comparison kind for ``gold``: number/expression/choice/yesno/text.
+
+    Raises ``ValueError`` for an empty gold, or one past ``MAX_ANSWER_CHARS`` /
+    ``MAX_BRACE_DEPTH`` (with its options): such a row cannot be scored.
+    """
     gold = _check_gold(gold)
-    return _gold_spec(gold, tuple(choices) if choices else None)[0]
+    try:
+        return _gold_spec(gold, tuple(choices) if choices else None)[0]
+    except _Bounded as e:
+        raise ValueError(f"gold answer cannot be verified, too complex: {e}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -561,7 +699,7 @@ def _parse_number(s: str) -> _Num | None:
     return None
 
 
-def _num_eq(a: _Num, b: _Num) -> bool:
+def _num_eq(a: _Num, b: _Num) -> bool | None:
     x, y = a.value, b.value
     if type(x) is type(y):
         return x == y
@@ -569,7 +707,7 @@ def _num_eq(a: _Num, b: _Num) -> bool:
     # representable; a bounded Fraction cannot equal an astronomically
     # large/small Decimal, and comparing would build giant integers.
     _count("symbolic_bounded")
-    return False
+    return None
 
 
 # ---------------------------------------------------------------------------
@@ -595,6 +733,8 @@ def _choice_text(c: str, i: int):
     option's own letter, so an option such as ``"E. coli"`` keeps its text.
     """
     c = str(c)
+    _check_size(c, f"option {chr(65 + i)}")
+    c = _squeeze_space(c)
     m = _CHOICE_LABEL_RE.match(c)
     if m and m.group(1).upper() == chr(65 + i):
         c = c[m.end() :]
@@ -1151,7 +1291,19 @@ def _parse_scalar(toks):
     e = p.expr()
     if not p.done():
         raise _ParseError(f"trailing tokens at {p.peek()!r}")
+    depth, functions = _shape(e)
+    if depth > MAX_EXPRESSION_DEPTH or functions > MAX_FUNCTION_NESTING:
+        raise _Bounded("formula nests too deep")
     return e
+
+
+def _shape(e) -> tuple[int, int]:
+    """(depth of the sympy tree ``e``, deepest nesting of functions and non-integer powers)."""
+    if e.is_Atom:
+        return 0, 0
+    inner = [_shape(a) for a in e.args]
+    own = e.is_Function or (e.is_Pow and not e.exp.is_Integer)
+    return 1 + max(d for d, _ in inner), own + max(f for _, f in inner)
 
 
 def _is_comma(t):
@@ -1237,6 +1389,14 @@ def _parse_expression(s: str):
     if len(s) > MAX_SYMBOLIC_CHARS:
         raise _Bounded("input too long")
     toks = _tokenize(s)
+    depth = 0
+    for t in toks:  # refused before sympy builds anything
+        if _is_open(t):
+            depth += 1
+            if depth > MAX_EXPRESSION_DEPTH:
+                raise _Bounded("brackets nest too deep")
+        elif _is_close(t):
+            depth -= 1
     return _parse_structure(toks)
 
 
@@ -1260,6 +1420,91 @@ def _canon_for_parse(s: str) -> str:
 _PROBE_POINTS = ("7/5", "-13/11", "29/17")
 
 
+def _evalf_is_cheap(d, subs) -> bool:
+    """Whether ``d.evalf(subs=subs)`` stays cheap.
+
+    sympy raises its working precision by the size of every exponent and function argument, so
+    ``e^{e^{e^{x}}}`` would run for hours; each is evaluated (innermost first, at 15 digits)
+    and must stay below ``10**MAX_DIGITS``.
+    """
+    sp = _sympy()
+    limit = sp.Float(10) ** MAX_DIGITS
+    for node in sp.postorder_traversal(d):
+        if node.is_Pow:
+            args = () if node.exp.is_Integer else (node.exp,)
+        elif isinstance(node, sp.Function):
+            args = node.args
+        else:
+            continue
+        for arg in args:
+            if arg.is_Number and abs(arg) < limit:
+                continue
+            try:
+                parts = arg.evalf(15, subs=subs).as_real_imag()
+            except Exception:  # noqa: BLE001 - cannot size it: treat it as too big
+                return False
+            if not all(p.is_Number and p.is_finite and abs(p) < limit for p in parts):
+                return False
+    return True
+
+
+def _expand_work(e) -> int:
+    """About how many terms ``sympy.expand(e)`` forms: without this, ``(x+y+z+w+1)^{40}`` times
+    anything would build 135,751 of them.  Products count their terms as expanded factor by
+    factor, each result capped by the monomials its degrees allow; a function argument or a
+    fractional power is expanded on its own and is one opaque variable outside."""
+    work = [0]
+
+    def size(e) -> tuple[int, dict]:  # (terms once expanded, degree of each variable)
+        if e.is_Number:
+            return 1, {}
+        if e.is_Atom:
+            return 1, {e: 1}
+        if e.is_Add:
+            parts = [size(a) for a in e.args]
+            deg = {}
+            for _, d in parts:
+                for k, n in d.items():
+                    deg[k] = max(deg.get(k, 0), n)
+            return _capped(sum(t for t, _ in parts), deg), deg
+        if e.is_Mul:
+            terms, deg = 1, {}
+            for a in e.args:
+                t, d = size(a)
+                for k, n in d.items():
+                    deg[k] = deg.get(k, 0) + n
+                work[0] += terms * t
+                terms = _capped(terms * t, deg)
+            return terms, deg
+        if e.is_Pow and e.exp.is_Integer:
+            t, d = size(e.base)
+            n = abs(int(e.exp))
+            deg = {k: n * m for k, m in d.items()}
+            raw = 1
+            for i in range(1, min(n, t - 1) + 1):  # C(n + t - 1, n) terms, counted up to the bound
+                raw = raw * (n + t - 1 - min(n, t - 1) + i) // i
+                if raw > MAX_EXPAND_TERMS:
+                    break
+            work[0] += raw
+            return _capped(raw, deg), deg
+        for a in e.args:
+            size(a)
+        return 1, {e: 1}
+
+    size(e)
+    return work[0]
+
+
+def _capped(terms: int, deg: dict) -> int:
+    """``terms``, or fewer: no more than the monomials of the given degrees."""
+    bound = 1
+    for n in deg.values():
+        bound *= n + 1
+        if bound >= terms:
+            return terms
+    return bound
+
+
 def _too_heavy(d) -> bool:
     sp = _sympy()
     for p in d.atoms(sp.Pow):
@@ -1269,7 +1514,11 @@ def _too_heavy(d) -> bool:
     return False
 
 
-def _scalar_eq(a, b) -> bool:
+# The matchers from here on return True, False, or None: not shown equal because a bound cut the
+# check short (``TOO_COMPLEX``).  None is falsy, so it fails closed wherever it is tested.
+
+
+def _scalar_eq(a, b) -> bool | None:
     sp = _sympy()
     if a == b:
         return True
@@ -1281,13 +1530,16 @@ def _scalar_eq(a, b) -> bool:
     if d.is_Number:
         return False  # exact rational/integer arithmetic: nonzero number
     fs = d.free_symbols
-    if len(fs) > 8 or sp.count_ops(d) > MAX_SIMPLIFY_OPS:
+    if len(fs) > 8 or sp.count_ops(d) > MAX_SYMBOLIC_OPS:
         _count("symbolic_bounded")
-        return False
+        return None
+    subs = {s: sp.Rational(_PROBE_POINTS[k % 3]) + k for k, s in enumerate(sorted(fs, key=str))}
+    if not _evalf_is_cheap(d, subs):
+        _count("symbolic_bounded")
+        return None
     # Cheap *rejection* by high-precision evaluation (never used to accept).
     try:
         if fs:
-            subs = {s: sp.Rational(_PROBE_POINTS[k % 3]) + k for k, s in enumerate(sorted(fs, key=str))}
             v = d.evalf(40, subs=subs)
         else:
             v = d.evalf(40)
@@ -1300,38 +1552,62 @@ def _scalar_eq(a, b) -> bool:
                 return False
     except Exception:  # noqa: BLE001, S110 - evaluation trouble only skips the shortcut
         pass
-    if _too_heavy(d):
+    if _too_heavy(d) or _expand_work(d) > MAX_EXPAND_TERMS:
         _count("symbolic_bounded")
-        return False
+        return None
     # Exact acceptance: the difference must simplify to exactly zero.
     if sp.expand(d) == 0:
         return True
+    if sp.count_ops(d) > MAX_SIMPLIFY_OPS or len(d.atoms(sp.Function)) > MAX_SIMPLIFY_FUNCS:
+        _count("symbolic_bounded")
+        return None
     return sp.simplify(d) == 0
 
 
-def _struct_eq(g, a) -> bool:
+def _struct_eq(g, a) -> bool | None:
     kg, ka = g[0], a[0]
     if kg == "scalar" and ka == "scalar":
         return _scalar_eq(g[1], a[1])
     if kg == "eq" and ka == "eq":
         # lhs - rhs equal, or equal up to swapping the two sides
-        return _scalar_eq(g[1], a[1]) or _scalar_eq(g[1], -a[1])
+        same = _scalar_eq(g[1], a[1])
+        if same:
+            return True
+        swapped = _scalar_eq(g[1], -a[1])
+        return swapped if swapped or same is not None else None
     if kg == "seq" and ka == "seq":
         if (g[1], g[2]) != (a[1], a[2]) or len(g[3]) != len(a[3]):
             return False
-        return all(_scalar_eq(x, y) for x, y in zip(g[3], a[3]))
+        for x, y in zip(g[3], a[3]):
+            same = _scalar_eq(x, y)
+            if not same:
+                return same
+        return True
     if kg == "set" and ka == "set":
         ge, ae = _dedupe(g[1]), _dedupe(a[1])
         if len(ge) != len(ae):
             return False
+        # identical elements pair off at once; the others greedily, at most MAX_SET_CHECKS
+        # comparisons (each may evaluate numerically: 64 x 64 of them take seconds)
+        gs, as_ = set(ge), set(ae)
+        ge, ae = [x for x in ge if x not in as_], [y for y in ae if y not in gs]
         used = [False] * len(ae)
+        checks = 0
         for x in ge:
+            cut_short = False
             for j, y in enumerate(ae):
-                if not used[j] and _scalar_eq(x, y):
-                    used[j] = True
-                    break
+                if not used[j]:
+                    checks += 1
+                    if checks > MAX_SET_CHECKS:
+                        _count("symbolic_bounded")
+                        return None
+                    same = _scalar_eq(x, y)
+                    if same:
+                        used[j] = True
+                        break
+                    cut_short = cut_short or same is None
             else:
-                return False
+                return None if cut_short else False
         return True
     if "union" in (kg, ka):
         try:
@@ -1353,7 +1629,7 @@ def _resolve(x):
     return x() if callable(x) else _parse_expression(x)
 
 
-def _match_symbolic(answer, gold) -> bool:
+def _match_symbolic(answer, gold) -> bool | None:
     """Exact symbolic comparison; bounded; never raises.
 
     ``answer`` and ``gold`` are each a math string (parsed with a cache) or a
@@ -1362,17 +1638,17 @@ def _match_symbolic(answer, gold) -> bool:
     _count("symbolic_calls")
     try:
         g = _resolve(gold)
-    except _Bounded:
+    except (_Bounded, RecursionError):
         _count("symbolic_bounded")
-        return False
+        return None
     except Exception:  # noqa: BLE001 - fail closed, counted
         _count("gold_unparsed")
         return False
     try:
         a = _resolve(answer)
-    except _Bounded:
+    except (_Bounded, RecursionError):
         _count("symbolic_bounded")
-        return False
+        return None
     except Exception:  # noqa: BLE001 - fail closed, counted
         _count("answer_unparsed")
         return False
@@ -1380,7 +1656,7 @@ def _match_symbolic(answer, gold) -> bool:
         return _struct_eq(g, a)
     except (_Bounded, RecursionError):
         _count("symbolic_bounded")
-        return False
+        return None
     except Exception:  # noqa: BLE001 - fail closed, counted
         _count("symbolic_errors")
         return False
@@ -1393,7 +1669,7 @@ def _rational_struct(v: Fraction):
 _HAS_DIGIT_OR_CMD_RE = re.compile(r"[\d\\]")
 
 
-def _match_number(answer: str, gnum: _Num) -> bool:
+def _match_number(answer: str, gnum: _Num) -> bool | None:
     a = _unwrap(answer)
     anum = _parse_number(a)
     if anum is not None:
@@ -1408,11 +1684,11 @@ def _match_number(answer: str, gnum: _Num) -> bool:
     v = gnum.value
     if not isinstance(v, Fraction):
         _count("symbolic_bounded")
-        return False
+        return None
     return _match_symbolic(a, _rational_struct(v))
 
 
-def _match_expression(answer: str, gold_expr: str) -> bool:
+def _match_expression(answer: str, gold_expr: str) -> bool | None:
     a = _strip_var_prefix(_unwrap(answer))
     if not a:
         return False
@@ -1421,8 +1697,10 @@ def _match_expression(answer: str, gold_expr: str) -> bool:
     anum = _parse_number(a)
     if anum is not None:
         # a plain number (thousands separators etc. read exactly) vs a formula
-        if anum.percent or not isinstance(anum.value, Fraction):
+        if anum.percent:
             return False
+        if not isinstance(anum.value, Fraction):
+            return None  # past MAX_DIGITS / MAX_DECIMAL_EXPONENT: never turned into a sympy number
         return _match_symbolic(_rational_struct(anum.value), gold_expr)
     return _match_symbolic(a, gold_expr)
 
@@ -1434,32 +1712,53 @@ def _match_expression(answer: str, gold_expr: str) -> bool:
 
 def match(answer: str | None, gold: str, choices: list[str] | None = None) -> bool:
     """Whether ``answer`` is a correct answer for ``gold`` (see module doc)."""
-    gold = _check_gold(gold)
-    kind, payload = _gold_spec(gold, tuple(choices) if choices else None)
+    return match_outcome(answer, gold, choices) == "match"
+
+
+def match_outcome(answer: str | None, gold: str, choices: list[str] | None = None) -> str:
+    """``"match"``, ``"no_match"``, or ``TOO_COMPLEX`` (a bound cut the check short; no match)."""
+    try:
+        kind, payload = _gold_spec(_check_gold(gold), tuple(choices) if choices else None)
+    except (_GoldMissing, _Bounded) as e:
+        # a bad row must not stop a run: it scores 0, counted (rows are checked when loaded)
+        with _stats_lock:
+            _stats["match_calls"] += 1
+            _stats["gold_missing" if isinstance(e, _GoldMissing) else TOO_COMPLEX] += 1
+        return "no_match" if isinstance(e, _GoldMissing) else TOO_COMPLEX
     with _stats_lock:
         _stats["match_calls"] += 1
         _stats["kind_" + kind] += 1
         if answer is None:
             _stats["match_none"] += 1
     if answer is None or not isinstance(answer, str) or not answer.strip():
-        return False
-    if len(answer) > 20000:
-        _count("symbolic_bounded")
-        return False
-    if kind == "number":
-        ok = _match_number(answer, payload)
-    elif kind == "choice":
-        ok = _match_choice(answer, payload[0], payload[1])
-    elif kind == "yesno":
-        ok = _yesno_word(answer) == payload
-    elif kind == "expression":
-        ok = _match_expression(answer, payload)
-    else:
-        norm, raw = payload
-        ok = _norm_text(answer) == norm if norm else _unwrap(answer).strip().casefold() == raw
+        return "no_match"
+    try:
+        if len(answer) > MAX_ANSWER_CHARS:
+            _count("symbolic_bounded")
+        _check_size(answer, "answer")
+        ok = _match_kind(_squeeze_space(answer), kind, payload)
+    except _Bounded:
+        ok = None
     if ok:
         _count("match_true")
-    return ok
+        return "match"
+    if ok is None:
+        _count(TOO_COMPLEX)
+        return TOO_COMPLEX
+    return "no_match"
+
+
+def _match_kind(answer: str, kind: str, payload) -> bool | None:
+    if kind == "number":
+        return _match_number(answer, payload)
+    if kind == "choice":
+        return _match_choice(answer, payload[0], payload[1])
+    if kind == "yesno":
+        return _yesno_word(answer) == payload
+    if kind == "expression":
+        return _match_expression(answer, payload)
+    norm, raw = payload
+    return _norm_text(answer) == norm if norm else _unwrap(answer).strip().casefold() == raw
 
 
 # ---------------------------------------------------------------------------
@@ -1468,7 +1767,9 @@ def match(answer: str | None, gold: str, choices: list[str] | None = None) -> bo
 
 _ANSWER_OPEN_RE = re.compile(r"<\s*answer\s*>", re.IGNORECASE)
 _ANSWER_CLOSE_RE = re.compile(r"<\s*/\s*answer\s*>", re.IGNORECASE)
-_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\b")
+# ``\boxed`` and, looked at without consuming it (boxes may sit inside a bare box's token):
+# group 1 up to the brace of ``\boxed {``, else group 2 the token of ``\boxed 5``.
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\b(?=([ \t]*\{)|\s+([^\s$]+)|)")
 _ANSWER_IS_TAIL_RE = re.compile(r"\s*(?:is\b|:|=)\s*:?\s*", re.IGNORECASE)
 _SENTENCE_END_RE = re.compile(r"\.(?=\s|\Z)(?!\d)|\n")
 _OR_SPLIT_RE = re.compile(
@@ -1477,49 +1778,62 @@ _OR_SPLIT_RE = re.compile(
 )
 
 
-_BOXED_BARE_RE = re.compile(r"\s+([^\s$]+)")
+def _find_boxed(text: str) -> list:
+    """The boxes of ``text`` in order, as (start, end, content start, content end).
 
-
-def _find_boxed(text: str):
-    """All ``\\boxed`` contents as (start, end, content); content None if unclosed."""
+    ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces handled) or ``\\boxed 5`` (one token).
+    The list ends at the first box never closed, whose content start is -1.  One scan for all
+    boxes, so it is linear in ``len(text)`` however they nest.
+    """
+    marks = list(_BOXED_RE.finditer(text))
+    opens = {m.end(1) - 1 for m in marks if m.group(1) is not None}
+    closes = _closing_braces(text, opens, min(opens)) if opens else {}
     out = []
-    for m in _BOXED_RE.finditer(text):
-        j = m.end()
-        while j < len(text) and text[j] in " \t":
-            j += 1
-        if j < len(text) and text[j] == "{":
-            end = _match_brace(text, j)
-            if end < 0:
-                out.append((m.start(), len(text), None))
+    for m in marks:
+        if m.group(1) is not None:
+            i = m.end(1) - 1
+            j = closes.get(i, -1)
+            if j < 0:
+                out.append((m.start(), len(text), -1, -1))
                 break
-            out.append((m.start(), end + 1, text[j + 1 : end]))
-        else:
-            # ``\boxed 5``: one token
-            mm = _BOXED_BARE_RE.match(text, m.end())
-            if mm:
-                out.append((m.start(), mm.end(), mm.group(1)))
+            out.append((m.start(), j + 1, i + 1, j))
+        elif m.group(2) is not None:
+            out.append((m.start(), m.end(2), m.start(2), m.end(2)))
     return out
 
 
-def _final_boxed(text: str):
+def _box_contents(text: str, boxes) -> set:
+    """The distinct normalised contents of ``boxes``; ``_Bounded`` past the size bounds."""
+    if len(boxes) > MAX_ANSWER_BOXES:
+        raise _Bounded(f"{len(boxes)} boxes in the final answer > MAX_ANSWER_BOXES={MAX_ANSWER_BOXES}")
+    if sum(b[3] - b[2] for b in boxes) > MAX_ANSWER_CHARS:
+        raise _Bounded(f"boxed answers longer than MAX_ANSWER_CHARS={MAX_ANSWER_CHARS} in all")
+    contents = set()
+    for b in boxes:
+        c = text[b[2] : b[3]]
+        _check_size(c, "boxed answer")
+        contents.add(_canon_latex(_unwrap(c)).casefold())
+    return contents
+
+
+def _final_boxed(text: str, boxes):
     """(found, content) for the final boxed answer; content None when invalid."""
-    boxes = _find_boxed(text)
     if not boxes:
         return False, None
     last = boxes[-1]
-    if last[2] is None:
+    if last[2] < 0:
         return True, None  # truncated \boxed{ : fail closed
     # the final answer span: boxes chained together without a newline between
-    group = [last]
-    for b in reversed(boxes[:-1]):
-        gap = text[b[1] : group[-1][0]]
-        if "\n" in gap or b[2] is None:
-            break
-        group.append(b)
-    contents = {_canon_latex(_unwrap(b[2])).casefold() for b in group}
-    if len(contents) > 1:
+    first = len(boxes) - 1
+    while (
+        first > 0
+        and len(boxes) - first <= MAX_ANSWER_BOXES
+        and text.find("\n", boxes[first - 1][1], boxes[first][0]) < 0
+    ):
+        first -= 1
+    if len(_box_contents(text, boxes[first:])) > 1:
         return True, None
-    return True, last[2]
+    return True, text[last[2] : last[3]]
 
 
 def _is_atomic(part: str) -> bool:
@@ -1532,12 +1846,14 @@ def _is_atomic(part: str) -> bool:
 
 
 def _ambiguous(candidate: str) -> bool:
-    parts = _OR_SPLIT_RE.split(candidate)
+    parts = [p for p in _OR_SPLIT_RE.split(candidate) if p.strip()]
     if len(parts) < 2:
         return False
-    parts = [p for p in parts if p.strip()]
-    if len(parts) < 2 or not all(_is_atomic(p) for p in parts):
-        return False
+    for k, p in enumerate(parts):
+        if not _is_atomic(p):
+            return False
+        if k == MAX_ANSWER_BOXES:
+            raise _Bounded(f"more than MAX_ANSWER_BOXES={MAX_ANSWER_BOXES} answers joined by 'or'")
     return len({_canon_latex(_unwrap(p)).casefold() for p in parts}) > 1
 
 
@@ -1545,57 +1861,73 @@ def _finish(candidate: str | None) -> str | None:
     if candidate is None:
         return None
     c = candidate.strip()
-    if not c or not _unwrap(c).strip():
+    if not c:
         return None
-    if _ambiguous(c):
+    _check_size(c, "answer")
+    if not _unwrap(c).strip():
+        return None
+    if _ambiguous(_squeeze_space(c)):
         return None
     return c
 
 
 def extract_answer(text: str) -> str | None:
     """The final answer of a completion, or ``None`` (see module doc)."""
-    out = _extract(text)
+    return extract_outcome(text)[0]
+
+
+def extract_outcome(text: str) -> tuple[str | None, str]:
+    """``(answer, outcome)``: ``"answer"``, ``"no_answer"``, or ``TOO_COMPLEX`` (answer None)."""
+    try:
+        answer = _extract(text)
+        outcome = "no_answer" if answer is None else "answer"
+    except _Bounded:
+        answer, outcome = None, TOO_COMPLEX
     with _stats_lock:
         _stats["extract_calls"] += 1
-        if out is None:
+        if answer is None:
             _stats["extract_none"] += 1
-    return out
+        if outcome == TOO_COMPLEX:
+            _stats[TOO_COMPLEX] += 1
+    return answer, outcome
+
+
+def _last(pattern: re.Pattern, text: str):
+    last = None
+    for last in pattern.finditer(text):  # noqa: B007 - only the last one is wanted
+        pass
+    return last
 
 
 def _extract(text) -> str | None:
     if not isinstance(text, str) or not text:
         return None
-    lower_has_tag = "answer" in text.lower() and "<" in text
-    if lower_has_tag:
-        opens = list(_ANSWER_OPEN_RE.finditer(text))
-        closes = list(_ANSWER_CLOSE_RE.finditer(text))
-        if opens:
-            last_open = opens[-1]
-            if not closes or closes[-1].start() < last_open.end():
+    if len(text) > MAX_TEXT_CHARS:
+        raise _Bounded(f"completion: {len(text)} characters > MAX_TEXT_CHARS={MAX_TEXT_CHARS}")
+    lower = text.lower()
+    if "answer" in lower and "<" in text:
+        last_open = _last(_ANSWER_OPEN_RE, text)
+        if last_open:
+            last_close = _last(_ANSWER_CLOSE_RE, text)
+            if not last_close or last_close.start() < last_open.end():
                 return None  # unclosed trailing <answer>: fail closed
-            last_close = closes[-1]
             # the last <answer> that opens before the last </answer>
             content = text[last_open.end() : last_close.start()]
-            if _ANSWER_OPEN_RE.search(content):  # pragma: no cover - defensive
-                return None
-            found, boxed = _final_boxed(content)
+            boxes = _find_boxed(content)
+            found, boxed = _final_boxed(content, boxes)
             if found:
                 if boxed is None:
                     return None
                 # ambiguity among *all* boxes inside the answer block
-                contents = {
-                    _canon_latex(_unwrap(b[2])).casefold() for b in _find_boxed(content) if b[2] is not None
-                }
-                if len(contents) > 1:
+                if len(_box_contents(content, boxes)) > 1:
                     return None
                 return _finish(boxed)
             return _finish(content)
     if "\\boxed" in text or "\\fbox" in text:
-        found, boxed = _final_boxed(text)
+        found, boxed = _final_boxed(text, _find_boxed(text))
         if found:
             return _finish(boxed)
     # the last "answer is X" / "answer: X": scan backwards for the word
-    lower = text.lower()
     pos = len(lower)
     while True:
         pos = lower.rfind("answer", 0, pos)
@@ -1604,7 +1936,5 @@ def _extract(text) -> str | None:
         m = _ANSWER_IS_TAIL_RE.match(text, pos + 6)
         if m:
             break
-    rest = text[m.end() :]
-    e = _SENTENCE_END_RE.search(rest)
-    cand = rest[: e.start()] if e else rest
-    return _finish(cand)
+    e = _SENTENCE_END_RE.search(text, m.end())
+    return _finish(text[m.end() : e.start() if e else len(text)])

@@ -42,7 +42,7 @@ def check_audio(audio: Any) -> tuple[int, np.ndarray]:
     if isinstance(audio, dict):          # gradio FileData as a dict (API callers)
         audio = audio.get("path")
     if isinstance(audio, (str, Path)):
-        from modalities.audio import read_audio
+        from mmrlvr.data import read_audio
 
         name = Path(str(audio)).name
         try:
@@ -80,7 +80,7 @@ def check_audio(audio: Any) -> tuple[int, np.ndarray]:
 
 def model_clip(policy: Any, rate: int, samples: np.ndarray) -> tuple[np.ndarray, int, str]:
     """The clip at the feature extractor's rate, cut to its window: (clip, rate, size note)."""
-    from modalities.audio import read_audio
+    from mmrlvr.data import read_audio
 
     fe = policy.processor.feature_extractor
     sr, window = int(fe.sampling_rate), int(fe.n_samples)

@@ -19,7 +19,7 @@ from PIL import Image
 
 from apps.common import DemoContext, UserError, check_question, explain, prepare_images, warn
 from mmrlvr.data import Example
-from mmrlvr.stress.ops import OPERATORS, Variant, apply, gold_index
+from mmrlvr.stress import OPERATORS, Variant, apply, gold_index
 from mmrlvr.core.templates import with_options
 from rewards.verify import extract_answer, match
 

@@ -153,7 +153,7 @@ def prepare(args) -> tuple[Path, Path]:
     info = model_dir / "tiny.json"
     built = json.loads(info.read_text()) if info.exists() else {}
     if any(built.get(k) != v for k, v in dims.items()):
-        from mmrlvr.tiny.build import build_tiny
+        from mmrlvr.tiny import build_tiny
 
         t0 = time.perf_counter()
         print(f"building the random-weight Qwen2.5-VL in {model_dir} ...", file=sys.stderr,

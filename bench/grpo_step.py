@@ -79,7 +79,7 @@ def prepare(workdir: Path, n_prompts: int) -> tuple[Path, Path]:
     """Build the tiny model and the shapes data once (reused when already there)."""
     model_dir, data_dir = workdir / "tiny-qwen25vl-224", workdir / f"shapes-224-{n_prompts}"
     if not (model_dir / "tiny.json").exists():
-        from mmrlvr.tiny.build import build_tiny
+        from mmrlvr.tiny import build_tiny
 
         build_tiny("qwen2.5-vl", model_dir, min_pixels=PIXELS, max_pixels=PIXELS)
     if not (data_dir / "info.json").exists():

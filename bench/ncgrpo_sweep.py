@@ -43,7 +43,7 @@ from mmrlvr.train.policy import Policy
 from mmrlvr.rollout import SamplingParams, make_engine
 from mmrlvr.rollout.branching import Branching, find_decoder, make_plan
 from mmrlvr.train.sft import sft
-from mmrlvr.tiny.build import build_tiny
+from mmrlvr.tiny import build_tiny
 from mmrlvr.train.trainer import train
 from mmrlvr.tasks.shapes import make_shapes
 

@@ -36,7 +36,7 @@ def build_inputs(work: Path, args) -> tuple[Path, Path]:
     from mmrlvr.data import load_jsonl
     from mmrlvr.stress.ops import FORMAT_INSTRUCTIONS, IRRELEVANT_CONTEXT, PARAPHRASES
     from mmrlvr.core.templates import HELDOUT_TEMPLATES, TRAIN_TEMPLATES
-    from mmrlvr.tiny.build import build_tiny
+    from mmrlvr.tiny import build_tiny
     from mmrlvr.tasks.medvqa import make_medvqa
 
     data = work / "data"

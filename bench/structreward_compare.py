@@ -45,7 +45,7 @@ from mmrlvr.train.logger import read_metrics
 from mmrlvr.train.policy import Policy
 from mmrlvr.rollout import make_engine
 from mmrlvr.train.sft import sft
-from mmrlvr.tiny.build import build_tiny
+from mmrlvr.tiny import build_tiny
 from mmrlvr.train.trainer import train
 from mmrlvr.tasks.shapes import make_shapes
 from rewards.struct_steps import StructStepsReward

@@ -115,7 +115,7 @@ def cmd_pretrain_vision(args: argparse.Namespace) -> int:
 
 
 def cmd_tiny(args: argparse.Namespace) -> int:
-    from mmrlvr.tiny.build import build_tiny
+    from mmrlvr.tiny import build_tiny
 
     extra = []
     for path in args.corpus or []:

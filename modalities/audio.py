@@ -40,86 +40,12 @@ import numpy as np
 import torch
 
 from mmrlvr.data import DataError, Example
+from mmrlvr.data.media import AudioWarning, describe_source, read_audio
 from mmrlvr.core.types import PromptBatch
 from modalities.base import Adapter
 
 AUDIO_TOKEN = "<|AUDIO|>"
 LONG_AUDIO = ("truncate", "chunk")
-SILENCE_PEAK = 1e-4
-"""A clip whose peak amplitude stays below this is reported as silent."""
-
-
-class AudioWarning(UserWarning):
-    """Audio that is used but altered or suspicious (cut, chunked, upsampled, silent)."""
-
-
-def _describe(source: Any) -> str:
-    return str(source) if isinstance(source, (str, Path)) else f"<array {type(source).__name__}>"
-
-
-def read_audio(source: Any, target_sr: int, *, sample: str = "?") -> np.ndarray:
-    """One clip as mono float32 at `target_sr`: a file path, an `(array, rate)` pair or an array.
-
-    A bare array is taken to be at `target_sr` already. Errors name the sample and the file.
-    """
-    where = f"sample {sample}: audio {_describe(source)}"
-    if isinstance(source, (str, Path)):
-        path = Path(source)
-        if not path.is_file():
-            raise DataError(f"{where}: file not found")
-        wave, sr = _read_file(path, where)
-    elif isinstance(source, (tuple, list)) and len(source) == 2 and np.isscalar(source[1]):
-        wave, sr = np.asarray(source[0], dtype=np.float32), int(source[1])
-    elif isinstance(source, (np.ndarray, torch.Tensor)):
-        wave, sr = np.asarray(source, dtype=np.float32), target_sr
-    else:
-        raise DataError(f"{where}: expected a file path, an (array, sample_rate) pair or an array")
-    if sr <= 0:
-        raise DataError(f"{where}: invalid sample rate {sr}")
-    if wave.ndim == 2:       # soundfile gives [frames, channels]; a (channels, frames) array is rare
-        wave = wave.mean(axis=1) if wave.shape[0] >= wave.shape[1] else wave.mean(axis=0)
-    elif wave.ndim != 1:
-        raise DataError(f"{where}: expected mono or multi-channel audio, got shape {wave.shape}")
-    if wave.size == 0:
-        raise DataError(f"{where}: the clip is empty (0 samples)")
-    if not np.isfinite(wave).all():
-        raise DataError(f"{where}: the clip holds NaN or infinite samples (corrupt file?)")
-    if sr != target_sr:
-        if sr < target_sr:
-            warnings.warn(f"{where}: upsampled from {sr} Hz to {target_sr} Hz; it holds nothing "
-                          f"above {sr // 2} Hz", AudioWarning, stacklevel=2)
-        wave = _resample(wave, sr, target_sr, where)
-    if float(np.abs(wave).max()) < SILENCE_PEAK:
-        warnings.warn(f"{where}: the clip is silent (peak amplitude below {SILENCE_PEAK})",
-                      AudioWarning, stacklevel=2)
-    return np.ascontiguousarray(wave, dtype=np.float32)
-
-
-def _read_file(path: Path, where: str) -> tuple[np.ndarray, int]:
-    import soundfile as sf
-
-    try:
-        wave, sr = sf.read(str(path), dtype="float32", always_2d=False)
-        return wave, int(sr)
-    except (RuntimeError, OSError, ValueError, TypeError) as first:   # sf.LibsndfileError is one
-        try:
-            import librosa
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")      # librosa's audioread fallback warns itself
-                wave, sr = librosa.load(str(path), sr=None, mono=True)
-            return wave, int(sr)
-        except Exception:  # noqa: BLE001 - audioread backends raise their own types: all "cannot decode"
-            raise DataError(f"{where}: cannot decode the file ({first})") from None
-
-
-def _resample(wave: np.ndarray, sr: int, target_sr: int, where: str) -> np.ndarray:
-    try:
-        import librosa
-    except ImportError:
-        raise DataError(f"{where}: is at {sr} Hz and the model needs {target_sr} Hz; resampling "
-                        "needs librosa (pip install 'mmrlvr[audio]')") from None
-    return librosa.resample(wave, orig_sr=sr, target_sr=target_sr)
 
 
 class AudioAdapter(Adapter):
@@ -153,7 +79,7 @@ class AudioAdapter(Adapter):
             else:
                 clips = [wave[i:i + window] for i in range(0, len(wave), window)]
                 what = f"split into {len(clips)} windows of up to {limit:g} s"
-            warnings.warn(f"sample {example.id}: audio {_describe(source)} lasts {seconds:.2f} s, "
+            warnings.warn(f"sample {example.id}: audio {describe_source(source)} lasts {seconds:.2f} s, "
                           f"longer than the model's {limit:g} s window; {what}",
                           AudioWarning, stacklevel=2)
         if key is not None:

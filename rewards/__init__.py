@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mmrlvr.core.registry import Registry, UnknownName
-from rewards.base import Reward, RewardError, lift
+from rewards.base import Combined, Reward, RewardError, build_combined, lift
 
 REWARDS = Registry("reward")
 for _name, _target in {
@@ -70,4 +70,5 @@ def names() -> list[str]:
     return REWARDS.names()
 
 
-__all__ = ["REWARDS", "Reward", "RewardError", "get", "lift", "names", "register"]
+__all__ = ["REWARDS", "Combined", "Reward", "RewardError", "build_combined", "get", "lift", "names",
+           "register"]

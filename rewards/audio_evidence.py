@@ -148,7 +148,7 @@ def evidence_for(source: Any, *, cache_size: int = 4096) -> dict[str, Any]:
     """Evidence of a file path (cached by path and mtime) or an `(array, rate)` pair."""
     if isinstance(source, (tuple, list)) and len(source) == 2:
         return extract_evidence(np.asarray(source[0], dtype=np.float32), int(source[1]))
-    from modalities.audio import read_audio
+    from mmrlvr.data import read_audio
 
     path = Path(source)
     key = f"{path}:{path.stat().st_mtime_ns}" if path.exists() else str(path)

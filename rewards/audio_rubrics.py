@@ -74,13 +74,7 @@ class AudioRubricsReward:
         self.acc_weight, self.format_weight = float(acc_weight), float(format_weight)
         self.max_proposals, self.top_k = int(max_proposals), int(top_k)
         self.log_path = Path(log_path) if log_path else None
-        self.progress, self.update = 0.0, 0
         self._static: dict[str, list[dict[str, Any]]] = {}
-
-    def set_progress(self, progress: float) -> None:
-        """Called once per training step before scoring (see `rewards.base.Combined`)."""
-        self.progress = float(progress)
-        self.update += 1
 
     @property
     def max_total(self) -> float:
@@ -111,12 +105,13 @@ class AudioRubricsReward:
                             self.evidence_of(example), [reasoning_of(c) for c in completions],
                             correct)
 
-    def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
+    def score(self, example: Example, completions: list[str],
+              progress: float = 0.0) -> list[dict[str, float]]:
         ctx = self.judge_context(example, completions)
         correct, reasonings = ctx.correct, ctx.reasonings
         formatted = [is_well_formatted(c) for c in completions]
         static = self.static_of(example, ctx.evidence)
-        record: dict[str, Any] = {"update": self.update, "progress": round(self.progress, 4),
+        record: dict[str, Any] = {"progress": round(progress, 4),
                                   "example": example.id, "gold": example.answer,
                                   "judge": self.judge.name}
         try:

@@ -19,6 +19,7 @@ math_verify's default signal-based parse timeout raises (pass `parsing_timeout=N
 from __future__ import annotations
 
 import json
+import inspect
 import math
 import queue
 import sys
@@ -26,18 +27,20 @@ import threading
 import traceback
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
+from mmrlvr.core.types import Reward
 from mmrlvr.data import Example
 
 FAILURE_KINDS = ("timeout", "error", "type", "nonfinite")
 
 
-class Reward(Protocol):
-    name: str
-
-    def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
-        """One dict per completion with `overall` and any named components."""
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 class RewardError(RuntimeError):
@@ -50,9 +53,10 @@ class _Lifted:
     def __init__(self, fn: Callable[..., Any], name: str, **options: Any):
         self.fn, self.name, self.options = fn, name, options
 
-    def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
+    def score(self, example: Example, completions: list[str],
+              progress: float = 0.0) -> list[dict[str, float]]:
         out = []
-        for text in completions:
+        for text in completions:          # a plain function takes no progress
             value = self.fn(example, text, **self.options)
             if isinstance(value, dict):
                 if "overall" not in value:
@@ -212,23 +216,23 @@ class Isolated:
         self.first_failure: dict[str, Any] | None = None   # the first since the last success
         self._components: dict[str, None] = {}             # component keys seen, in order
         self._pool = _Pool(name)
+        # a user's group reward written before the protocol had `progress` still works
+        self.takes_progress = isinstance(reward, _Lifted) or _accepts(reward.score, "progress")
 
     @property
     def hung(self) -> int:
         """Calls that ran past the timeout and have not returned yet."""
         return self._pool.outstanding
 
-    def set_progress(self, progress: float) -> None:
-        if hasattr(self.reward, "set_progress"):
-            self.reward.set_progress(progress)
-
-    def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
+    def score(self, example: Example, completions: list[str],
+              progress: float = 0.0) -> list[dict[str, float]]:
         if isinstance(self.reward, _Lifted):
             fn, options = self.reward.fn, self.reward.options
             outcomes = [self._outcome(*self._call(fn, (example, text), options))
                         for text in completions]
         else:
-            status, value = self._call(self.reward.score, (example, list(completions)), {})
+            status, value = self._call(self.reward.score, (example, list(completions)),
+                                       {"progress": progress} if self.takes_progress else {})
             outcomes = self._group_outcomes(status, value, len(completions))
             if isinstance(outcomes, _Failure):   # the whole call failed: one failure to log
                 self._record(example, None, None, outcomes)
@@ -328,16 +332,13 @@ class Combined:
             raise ValueError("at least one reward is needed")
         self.parts = parts
 
-    def set_progress(self, progress: float) -> None:
-        """Tell rewards that anneal (e.g. PIRL's r_mid) how far training is, in [0, 1]."""
-        for _, _, reward in self.parts:
-            if hasattr(reward, "set_progress"):
-                reward.set_progress(progress)
-
-    def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
+    def score(self, example: Example, completions: list[str],
+              progress: float = 0.0) -> list[dict[str, float]]:
+        """The weighted total and every part's components; `progress` in [0, 1] is how far
+        training is (annealed rewards read it)."""
         totals = [dict(overall=0.0) for _ in completions]
         for name, weight, reward in self.parts:
-            scores = reward.score(example, completions)
+            scores = reward.score(example, completions, progress=progress)
             if len(scores) != len(completions):
                 raise ValueError(f"reward {name} returned {len(scores)} scores for "
                                  f"{len(completions)} completions (example {example.id})")

@@ -25,5 +25,6 @@ class FormatReward:
         self.name = "format"
         self.allow_boxed = allow_boxed
 
-    def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
+    def score(self, example: Example, completions: list[str],
+              progress: float = 0.0) -> list[dict[str, float]]:
         return [{"overall": float(is_well_formatted(c, self.allow_boxed))} for c in completions]

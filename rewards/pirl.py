@@ -8,8 +8,8 @@
 
 "Dynamic" (our reading of the paper): `r_mid` anneals linearly from `r_mid_start` (0.5) to
 `r_mid_end` (0) as training progresses, so early on a correct but sloppy answer still earns
-credit and by the end only the full format does. The trainer reports progress each step through
-`set_progress(step / steps)` (see `rewards.base.Combined`).
+credit and by the end only the full format does. The trainer passes `progress = step / steps`
+to every `score` call (the Reward protocol, `mmrlvr.core.types.Reward`).
 """
 from __future__ import annotations
 
@@ -66,18 +66,15 @@ class PirlReward:
                              "must lie in [0, 1]")
         self.name = "pirl"
         self.r_mid_start, self.r_mid_end, self.allow_boxed = r_mid_start, r_mid_end, allow_boxed
-        self.progress = 0.0
 
-    def set_progress(self, progress: float) -> None:
-        """Training progress in [0, 1] (clamped); moves `r_mid` along its schedule."""
-        self.progress = min(max(float(progress), 0.0), 1.0)
+    def r_mid(self, progress: float) -> float:
+        """`r_mid` at training progress in [0, 1] (clamped): linear from start to end."""
+        progress = min(max(float(progress), 0.0), 1.0)
+        return self.r_mid_start + (self.r_mid_end - self.r_mid_start) * progress
 
-    @property
-    def r_mid(self) -> float:
-        return self.r_mid_start + (self.r_mid_end - self.r_mid_start) * self.progress
-
-    def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
-        r_mid, out = self.r_mid, []
+    def score(self, example: Example, completions: list[str],
+              progress: float = 0.0) -> list[dict[str, float]]:
+        r_mid, out = self.r_mid(progress), []
         for text in completions:
             strict = extract_answer(text)
             formatted = is_well_formatted(text, self.allow_boxed)

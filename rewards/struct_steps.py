@@ -360,6 +360,7 @@ class StructStepsReward:
                 "matched": float(len(pairs)), "steps": float(len(steps)),
                 **{f"m_{name}": float(fired[name]) for name in MATCHERS}}
 
-    def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
+    def score(self, example: Example, completions: list[str],
+              progress: float = 0.0) -> list[dict[str, float]]:
         refs = reference_steps(example.steps)
         return [self.score_one(example, text, refs) for text in completions]

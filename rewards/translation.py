@@ -133,7 +133,8 @@ class TranslationReward:
         out = self._comet.predict(data, batch_size=self.comet_batch, progress_bar=False)
         return [float(s) for s in out.scores]
 
-    def score(self, example: Example, completions: list[str]) -> list[dict[str, float]]:
+    def score(self, example: Example, completions: list[str],
+              progress: float = 0.0) -> list[dict[str, float]]:
         ref = self._reference(example)
         size = (ref.width or 1, ref.height or 1)
         results: list[dict[str, float]] = []

@@ -21,14 +21,14 @@ def shapes_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_vl(tmp_path_factory):
     """A tiny Qwen2.5-VL model dir (random weights, real classes)."""
-    from mmrlvr.tiny.build import build_tiny
+    from mmrlvr.tiny import build_tiny
 
     return build_tiny("qwen2.5-vl", tmp_path_factory.mktemp("tiny-qwen25vl"))
 
 
 @pytest.fixture(scope="session")
 def tiny_qwen2vl(tmp_path_factory):
-    from mmrlvr.tiny.build import build_tiny
+    from mmrlvr.tiny import build_tiny
 
     return build_tiny("qwen2-vl", tmp_path_factory.mktemp("tiny-qwen2vl"))
 

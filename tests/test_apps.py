@@ -191,7 +191,7 @@ def test_translation_checks_the_image_then_says_why(ctx, image, tmp_path):
 
 
 def test_robustness_runs_every_applicable_operator_in_one_table(ctx, image):
-    from mmrlvr.stress.ops import OPERATORS
+    from mmrlvr.stress import OPERATORS
 
     rows, gallery, status = robustness_tab.run(ctx, image, "How many shapes are in the image?",
                                                gold="2", max_new_tokens=8)
@@ -220,7 +220,7 @@ def test_robustness_runs_every_applicable_operator_in_one_table(ctx, image):
 
 
 def test_robustness_with_options_runs_the_option_and_task_altering_operators(ctx, image):
-    from mmrlvr.stress.ops import OPERATORS
+    from mmrlvr.stress import OPERATORS
 
     rows, gallery, status = robustness_tab.run(
         ctx, image, "Which shape is shown?", gold="B", max_new_tokens=8,
@@ -238,7 +238,7 @@ def test_robustness_with_options_runs_the_option_and_task_altering_operators(ctx
 
 
 def test_robustness_table_marks_flips_against_the_clean_answer():
-    from mmrlvr.stress.ops import OPERATORS, Variant, apply
+    from mmrlvr.stress import OPERATORS, Variant, apply
 
     ex = Example(id="t", prompt="q", answer="3")
     cases = [("clean", "-", Variant(ex, "")), ("blur", "image", Variant(ex, "")),

@@ -32,7 +32,7 @@ def beeps(n: int = 3, seconds: float = 1.5, rate: int = RATE) -> tuple[int, np.n
 
 @pytest.fixture(scope="module")
 def tiny_audio(tmp_path_factory):
-    from mmrlvr.tiny.build import build_tiny
+    from mmrlvr.tiny import build_tiny
 
     return build_tiny("qwen2-audio", tmp_path_factory.mktemp("tiny-qwen2audio"))
 

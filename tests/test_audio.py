@@ -15,7 +15,7 @@ from mmrlvr.config import ModelConfig
 from mmrlvr.data import DataError, Example
 from mmrlvr.train.policy import Policy
 from mmrlvr.rollout import SamplingParams, make_engine
-from modalities.audio import AudioWarning, read_audio
+from mmrlvr.data import AudioWarning, read_audio
 from mmrlvr.core.types import select
 
 SR = 16000
@@ -28,7 +28,7 @@ def _tone(freq, seconds, amp=0.5, sr=SR):
 
 @pytest.fixture(scope="module", params=["qwen2-audio", "qwen2.5-omni"])
 def tiny_audio(request, tmp_path_factory):
-    from mmrlvr.tiny.build import build_tiny
+    from mmrlvr.tiny import build_tiny
 
     return build_tiny(request.param, tmp_path_factory.mktemp(request.param.replace(".", "_")))
 
@@ -248,7 +248,8 @@ def test_chunked_long_clip_becomes_several_audio_entries(tiny_audio, tmp_path):
 
 
 def test_audio_stress_operators_corrupt_the_clip_and_keep_the_gold(clips):
-    from mmrlvr.stress.ops import OPERATORS, apply, gold_preserved
+    from mmrlvr.stress import OPERATORS, apply
+    from mmrlvr.stress.ops import gold_preserved
 
     ex = Example(id="t-1", prompt="Which is higher?\nA. first\nB. second", answer="B",
                  choices=["first", "second"], audios=[str(clips / "a.wav")])

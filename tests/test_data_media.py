@@ -15,7 +15,7 @@ import pytest
 import soundfile as sf
 from PIL import Image, ImageFile
 
-import mmrlvr.data as data_mod
+import mmrlvr.data.media as data_mod
 from mmrlvr.config import DataConfig
 from mmrlvr.data import (LAYOUTS, DataError, DataWarning, Example, LoadReport, load_dataset,
                          load_jsonl, load_split, write_jsonl)

@@ -262,7 +262,7 @@ def test_hf_last_layer_input_is_what_the_last_decoder_layer_receives(tmp_path):
     from mmrlvr.config import ModelConfig
     from mmrlvr.data import Example
     from mmrlvr.train.policy import Policy
-    from mmrlvr.tiny.build import build_tiny
+    from mmrlvr.tiny import build_tiny
     from mmrlvr.core.types import to_device
     from PIL import Image
 

@@ -48,13 +48,11 @@ def test_r_mid_anneals_from_half_to_zero_through_the_combined_reward():
     sloppy = ["<answer>yes</answer>"]
     seen = []
     for progress in (0.0, 0.25, 0.5, 1.0, 1.5):
-        combined.set_progress(progress)
-        seen.append(combined.score(YES, sloppy)[0]["overall"])
+        seen.append(combined.score(YES, sloppy, progress=progress)[0]["overall"])
     assert seen == [0.5, 0.375, 0.25, 0.0, 0.0]
     custom = rewards.get("pirl", r_mid_start=0.8, r_mid_end=0.2)
-    custom.set_progress(0.5)
-    assert custom.r_mid == pytest.approx(0.5)
-    assert custom.score(YES, ["<think>x</think><answer>yes</answer>"])[0]["overall"] == 1.0
+    assert custom.r_mid(0.5) == pytest.approx(0.5)
+    assert custom.score(YES, ["<think>x</think><answer>yes</answer>"], progress=0.5)[0]["overall"] == 1.0
 
 
 def test_template_pool_off_is_identity_and_draws_nothing():

@@ -48,7 +48,7 @@ def test_param_count_equals_the_loaded_models(tiny_vl):
 def test_audio_models_count_as_load_model_builds_them(kind, tmp_path):
     """Qwen2-Audio through its architectures class, the full Omni config through its thinker."""
     from mmrlvr.train.policy import load_model
-    from mmrlvr.tiny.build import build_tiny
+    from mmrlvr.tiny import build_tiny
 
     path = build_tiny(kind, tmp_path / kind)
     plan = make_plan(_cfg(path, "model.modality=audio", "model.freeze_audio=true"), gpus=1,

@@ -205,10 +205,8 @@ GROUP_SOURCE = """
         def __init__(self, mode="ok"):
             self.name, self.mode, self.progress = "judge", mode, None
 
-        def set_progress(self, progress):
+        def score(self, example, completions, progress=0.0):
             self.progress = progress
-
-        def score(self, example, completions):
             if self.mode == "hang":
                 time.sleep(3600)
             if self.mode == "raise":
@@ -247,9 +245,8 @@ def test_a_group_reward_that_breaks_fails_its_group(tmp_path, mode, kind, detail
 
 def test_a_group_reward_with_one_nan_fails_only_that_completion(tmp_path):
     combined = user_reward(tmp_path, GROUP_SOURCE, "Judge")
-    combined.set_progress(0.5)
-    assert combined.parts[0][2].reward.progress == 0.5        # set_progress reaches the reward
-    rows = combined.score(EX, ["a", "nan", "b"])
+    rows = combined.score(EX, ["a", "nan", "b"], progress=0.5)
+    assert combined.parts[0][2].reward.progress == 0.5        # progress reaches the reward
     assert [parts(row, "Judge") for row in rows] == [
         {"overall": 1.0, "agree": 1.0, **OK}, {"overall": 0.0, "agree": 0.0, **failed("nonfinite")},
         {"overall": 1.0, "agree": 1.0, **OK}]

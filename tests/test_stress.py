@@ -13,8 +13,8 @@ from PIL import Image
 
 from mmrlvr.data import Example, load_jsonl
 from mmrlvr.stress.run import mcnemar_exact, paired_metrics, run_stress, summarize, write_report
-from mmrlvr.stress.ops import (FORMAT_INSTRUCTIONS, OPERATORS, PARAPHRASES, apply, gold_index,
-                               gold_preserved, paraphrase)
+from mmrlvr.stress import OPERATORS, apply, gold_index
+from mmrlvr.stress.ops import FORMAT_INSTRUCTIONS, PARAPHRASES, gold_preserved, paraphrase
 from mmrlvr.core.templates import HELDOUT_TEMPLATES, split_options
 from rewards.verify import extract_answer, match
 

@@ -10,12 +10,8 @@ from PIL import Image  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer  # noqa: E402
 
-from mmrlvr.tiny.build import (  # noqa: E402
-    VISION_KINDS,
-    QWEN_SPECIAL_TOKENS,
-    build_tiny,
-    build_tokenizer,
-)
+from mmrlvr.tiny import VISION_KINDS, build_tiny  # noqa: E402
+from mmrlvr.tiny.tokenizer import QWEN_SPECIAL_TOKENS, build_tokenizer  # noqa: E402
 
 VISION_BLOCK = "<|vision_start|><|image_pad|><|vision_end|>"
 MESSAGES = [{"role": "user", "content": [

@@ -153,6 +153,6 @@ def test_cpu_config_runs_sft_then_grpo_with_rubrics_end_to_end(tmp_path, tones_d
     metrics = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert "eval/accuracy" in metrics[0] and "reward/audio_rubrics/rubric" in metrics[-1]
     log = [json.loads(line) for line in (tmp_path / "grpo" / "rubrics.jsonl").read_text().splitlines()]
-    assert len(log) == 2 * 2 and {row["update"] for row in log} == {1, 2}
+    assert len(log) == 2 * 2 and {row["progress"] for row in log} == {0.5, 1.0}   # steps 1, 2 of 2
     assert all(len(row["overall"]) == 8 and row["rubrics"] for row in log)
     assert {"accuracy_start", "accuracy_end"} <= set(summary)

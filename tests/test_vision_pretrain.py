@@ -14,7 +14,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 from mmrlvr.cli import main  # noqa: E402
 from mmrlvr.data import DataError, load_jsonl, write_jsonl  # noqa: E402
-from mmrlvr.tiny.build import build_tiny  # noqa: E402
+from mmrlvr.tiny import build_tiny  # noqa: E402
 from mmrlvr.tiny.vision_pretrain import ABSENT, label_space, pretrain_vision, targets  # noqa: E402
 from mmrlvr.tasks.banners import make_banners  # noqa: E402
 

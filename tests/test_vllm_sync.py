@@ -53,7 +53,7 @@ def vllm_internal_name(name: str, model_type: str) -> str:
 
 @pytest.fixture(scope="module")
 def tiny_dirs(tmp_path_factory):
-    from mmrlvr.tiny.build import build_tiny
+    from mmrlvr.tiny import build_tiny
 
     root = tmp_path_factory.mktemp("vllm-sync")
     return {kind: Path(build_tiny(kind, root / kind)) for kind in KINDS}

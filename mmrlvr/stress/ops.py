@@ -226,7 +226,7 @@ def _tone(img, rng):
     return ImageEnhance.Contrast(ImageEnhance.Brightness(img).enhance(1.25)).enhance(0.75)
 
 
-OPERATORS: dict[str, Operator] = {op.name: op for op in [
+TEXT_AND_IMAGE: dict[str, Operator] = {op.name: op for op in [
     Operator("template_swap", "text", "prompt wrapped in a held-out template", op_template_swap),
     Operator("paraphrase", "text", "question rewritten by a reviewed rule", op_paraphrase),
     Operator("option_shuffle", "text", "options permuted, gold letter remapped", op_option_shuffle),
@@ -245,11 +245,8 @@ OPERATORS: dict[str, Operator] = {op.name: op for op in [
     Operator("mc_to_open", "task", "options removed: multiple choice becomes free form",
              op_mc_to_open),
 ]}
-"""Every operator by name, in report order."""
-
-from mmrlvr.stress.ops_audio import operators as _audio_operators  # noqa: E402 (needs Operator)
-
-OPERATORS.update(_audio_operators())
+"""The prompt and image operators by name, in report order (`mmrlvr.stress.OPERATORS` adds the
+audio ones)."""
 
 
 def apply(op: Operator, ex: Example, format_prompt: str, seed: int = 0) -> Variant | None:

@@ -10,7 +10,7 @@ generator seeded by (seed, operator, example id) like every other operator (`str
     time_shift     0.1 s of silence before the clip, the end cut to keep the length
     loudness       12 dB quieter
 
-Registered in `mmrlvr.stress.ops.OPERATORS` under the kind `audio`, reported apart from the
+Listed in `mmrlvr.stress.OPERATORS` under the kind `audio`, reported apart from the
 prompt operators' robustness figure.
 """
 from __future__ import annotations
@@ -22,6 +22,8 @@ from collections.abc import Callable
 import numpy as np
 
 from mmrlvr.data import Example
+
+from mmrlvr.stress.ops import Operator, Variant
 
 Clip = tuple[np.ndarray, int]
 
@@ -75,8 +77,6 @@ def gain(clip: Clip, rng: random.Random, db: float = -12.0) -> Clip:
 def audio_op(transform: Callable[[Clip, random.Random], Clip]):
     """An operator function `(example, format prompt, rng) -> Variant | None` from a clip transform."""
     def fn(ex, fmt, rng):
-        from mmrlvr.stress.ops import Variant
-
         if not ex.audios:
             return None
         return Variant(dataclasses.replace(
@@ -84,10 +84,8 @@ def audio_op(transform: Callable[[Clip, random.Random], Clip]):
     return fn
 
 
-def operators():
-    """The audio operators as `stress_ops.Operator`s, by name."""
-    from mmrlvr.stress.ops import Operator
-
+def operators() -> dict[str, Operator]:
+    """The audio operators, by name."""
     ops = [
         Operator("noise_snr", "audio", "white noise at 20 dB SNR", audio_op(add_noise)),
         Operator("clipping", "audio", "hard clipping at 30% of the peak", audio_op(clip_peaks)),

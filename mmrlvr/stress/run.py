@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from mmrlvr.data import Example
 from mmrlvr.rollout.base import SamplingParams
-from mmrlvr.stress.ops import OPERATORS, apply
+from mmrlvr.stress import OPERATORS, apply
 from mmrlvr.core.templates import HELDOUT_TEMPLATES
 from rewards.verify import detect_kind, extract_answer, match
 

@@ -8,7 +8,7 @@
 Both use the real Whisper feature extractor (128 mel bins, 16 kHz) with a short window:
 `audio_window` seconds (default 3; the real models' is 30 s) and, for Qwen2-Audio,
 `max_source_positions` = 50 x the window, so a CPU forward over 64 sequences takes about a second
-instead of ten. A 1 s clip gives 25 audio tokens. The tokenizer is `mmrlvr.tiny.build_tokenizer`'s
+instead of ten. A 1 s clip gives 25 audio tokens. The tokenizer is `mmrlvr.tiny.tokenizer.build_tokenizer`'s
 byte-level BPE with the family's special tokens. The directories load through `AutoProcessor` and
 the class their config names (`mmrlvr.train.policy.load_model` falls back to it); the same arguments and
 seed give the same bytes.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mmrlvr.tiny.build import QWEN_SPECIAL_TOKENS, build_tokenizer, instantiate_and_save
+from mmrlvr.tiny.tokenizer import QWEN_SPECIAL_TOKENS, build_tokenizer, instantiate_and_save
 
 # Qwen2-Audio-7B-Instruct's chat template, verbatim: an entry counts as audio when it has an
 # "audio" (or "audio_url") key.

@@ -26,7 +26,7 @@ from mmrlvr.train.parallel import Dist, LaunchError
 from mmrlvr.train.policy import Policy, bf16_update_warning, load_model
 from mmrlvr.train.rundir import RunDirError, claim
 from mmrlvr.train.sampler import PromptSampler
-from rewards.base import build_combined
+from rewards import build_combined
 
 
 def seed_everything(seed: int) -> None:

@@ -37,7 +37,7 @@ from mmrlvr.train.setup import (claim_run_dir, load_policy, seed_everything, sta
 from mmrlvr.train.trainer import train
 from mmrlvr.train.update import clip_grad_norm, sync_grads
 from mmrlvr.core.types import ModalityAdapter, select
-from rewards.base import build_combined
+from rewards import build_combined
 
 
 def sft_target(ex: Example) -> str:

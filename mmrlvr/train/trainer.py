@@ -39,8 +39,7 @@ from mmrlvr.train.parallel import Dist
 from mmrlvr.train.report import write_report
 from mmrlvr.train.setup import Run, build_run
 from mmrlvr.train.update import policy_update
-from rewards.base import RewardError, build_combined
-from rewards.verify import reset_stats, stats as verify_stats
+from rewards import RewardError, build_combined
 
 
 def grpo_step(run: Run, step: int) -> dict[str, float]:
@@ -62,11 +61,9 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     t1 = time.perf_counter()
 
     G = cfg.rollout.group_size
-    if hasattr(run.reward, "set_progress"):
-        run.reward.set_progress(step / max(cfg.train.steps, 1))
-    reset_stats()   # the verifier's counters now cover exactly this step's scoring
-    scores = [run.reward.score(ex, rollouts.texts[b * G:(b + 1) * G]) for b, ex in enumerate(examples)]
-    vstats = verify_stats()
+    progress = step / max(cfg.train.steps, 1)
+    scores = [run.reward.score(ex, rollouts.texts[b * G:(b + 1) * G], progress=progress)
+              for b, ex in enumerate(examples)]
     failures = d.gather(run.reward.all_failed(scores))   # decided together: no rank waits alone
     if all(failures):
         raise RewardError(failures[0])
@@ -95,10 +92,23 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
         "time/step_s": t3 - t0, "perf/rollout_tokens_per_s": rollouts.stats["rollout/tokens"] / (t1 - t0),
         "optim/lr": run.scheduler.get_last_lr()[0], **update})
     metrics.update(branch_metrics(rollouts, scores))
-    if vstats.get("extract_calls"):
-        metrics["verify/parse_fail_rate"] = vstats["extract_none"] / vstats["extract_calls"]
+    metrics.update(verifier_metrics(scores))
     run.scheduler.step()
     return mean_over_ranks(d, metrics)
+
+
+def verifier_metrics(scores: list[list[dict[str, float]]]) -> dict[str, float]:
+    """What the verifier saw this step, from the accuracy-style parts' own outputs (`parsed`,
+    `too_complex`): the share of completions with no extractable answer, and of answers past its
+    size caps."""
+    flat = [s for group in scores for s in group]
+    out = {}
+    for field, metric in (("parsed", "verify/parse_fail_rate"), ("too_complex", "verify/too_complex_rate")):
+        keys = [k for k in flat[0] if k.endswith(f"/{field}")] if flat else []
+        if keys:
+            out[metric] = float(np.mean([1.0 - s[k] if field == "parsed" else s[k]
+                                         for s in flat for k in keys]))
+    return out
 
 
 def mean_over_ranks(d: Dist, metrics: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,264 @@
+"""Every config key: typed dataclasses whose fields carry a one-line docstring (shown by
+`mmrlvr train --help-config`, read back by `describe`). Defaults are the values METHODS.md gives."""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config file or override that cannot be used; the message names the key."""
+
+
+@dataclass
+class LoraConfig:
+    r: int = 0
+    """LoRA rank; 0 trains the full model."""
+    alpha: int = 16
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float = 0.0
+    """Dropout on the LoRA branch."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Module names (in the language model) that get LoRA adapters."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""
+    """Local model dir or hub id (anything AutoProcessor and the model's auto class load)."""
+    modality: str = "vision"
+    """Modality adapter name (`modalities.get`)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA through peft; `r: 0` disables it."""
+    dtype: str = "auto"
+    """Compute dtype: `auto` (bf16 on CUDA, fp32 on CPU), `float32` or `bfloat16` (weights stay fp32)."""
+    param_dtype: str = "float32"
+    """Dtype of trainable weights and optimiser state; `bfloat16` (pure bf16) rounds small updates away."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    freeze_vision: bool = False
+    """Keep the vision tower's weights fixed."""
+    freeze_audio: bool = False
+    """Keep the audio encoder's weights fixed (the projector still trains; AudioRubrics does)."""
+    min_pixels: int = 56 * 56
+    """Smallest image area after resizing (qwen-vl-utils `min_pixels`)."""
+    max_pixels: int = 112 * 112
+    """Largest image area after resizing (qwen-vl-utils `max_pixels`)."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel: `sdpa`, `eager` or `flash_attention_2` (GPU)."""
+
+
+@dataclass
+class DataConfig:
+    train: str = ""
+    """Training set: a JSONL file, or `layout:file.parquet` (e.g. `geo3k:train.parquet`)."""
+    eval: str = ""
+    """Held-out set in the same forms; empty skips eval."""
+    on_error: str = "raise"
+    """Bad rows: `raise` stops with the file and row, `skip` drops and counts them."""
+    eval_limit: int = 0
+    """Evaluate on at most this many held-out rows (0 = all)."""
+    system_prompt: str = ""
+    """System message prepended to every prompt (empty: none)."""
+    format_prompt: str = ""
+    """Instruction appended to each question, e.g. asking for <think>/<answer> tags."""
+    templates: list[str] = field(default_factory=list)
+    """Prompt templates with a `{question}` slot; each prompt gets one drawn per step (empty: off)."""
+    allow_outside: bool = False
+    """Allow media paths that are absolute or lead outside the data file's dir (`../`)."""
+    max_image_pixels: int = 64_000_000
+    """Largest image (width × height) accepted at load; bigger files are bad rows."""
+    max_audio_seconds: float = 600.0
+    """Longest audio clip accepted at load; longer clips are bad rows."""
+
+
+@dataclass
+class RolloutConfig:
+    backend: str = "hf"
+    """`hf` (transformers generate, CPU/GPU) or `vllm` (GPU, optional extra)."""
+    group_size: int = 8
+    """Completions sampled per prompt (G)."""
+    max_new_tokens: int = 64
+    """Longest completion."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    branching: dict[str, Any] = field(default_factory=lambda: {"kind": "none"})
+    """Rollout branching (NC-GRPO latent noise); `kind: none` is plain GRPO."""
+    vllm_gpu_memory_utilization: float = 0.5
+    """vLLM backend: fraction of GPU memory for its KV cache."""
+
+
+@dataclass
+class AlgoConfig:
+    advantage: str = "grpo"
+    """`grpo` ((r-mean)/(std+eps)) or `drgrpo` (r-mean, no std)."""
+    loss_agg: str = "token"
+    """`token` (mean over all tokens), `seq` (mean of per-sequence means), `seq-sum-norm` (Dr.GRPO)."""
+    beta: float = 0.0
+    """KL coefficient to a frozen reference; 0 loads no reference."""
+    kl_estimator: str = "k3"
+    """`k1` or `k3` (Schulman's unbiased, non-negative estimator)."""
+    clip_low: float = 0.2
+    """Lower PPO clip epsilon."""
+    clip_high: float = 0.28
+    """Upper PPO clip epsilon (DAPO clip-higher)."""
+    ppo_epochs: int = 1
+    """Optimisation passes over each batch of rollouts."""
+    eps: float = 1e-6
+    """Added to the group std in the GRPO advantage."""
+    norm_len: int = 0
+    """Token budget for `seq-sum-norm` (0 = rollout.max_new_tokens)."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    """Peak learning rate (AdamW)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+    schedule: str = "cosine"
+    """`cosine` decay to `min_lr_ratio`·lr after warm-up, or `constant`."""
+    min_lr_ratio: float = 0.1
+    """Floor of the cosine schedule as a fraction of lr."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 = off)."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 100
+    """GRPO steps (each: rollouts for `batch_prompts` prompts, then the update)."""
+    batch_prompts: int = 8
+    """Prompts per step (B); each gets `rollout.group_size` completions."""
+    micro_batch: int = 16
+    """Sequences per forward/backward; gradients accumulate over micro-batches."""
+    eval_every: int = 0
+    """Evaluate every N steps (0: only at start and end, where eval data is set)."""
+    save_every: int = 0
+    """Checkpoint every N steps (0: only at the end)."""
+    keep_checkpoints: int = 2
+    """How many recent checkpoints to keep."""
+    seed: int = 0
+    """Seed for data order, sampling and init."""
+    out_dir: str = "runs/default"
+    """The run dir: config, metrics, checkpoints, report."""
+    device: str = "auto"
+    """`auto` (CUDA when present, else CPU), `cpu` or `cuda`."""
+    eval_samples: int = 0
+    """Extra sampled completions per held-out prompt for pass@k (0 = greedy only)."""
+    eval_reward: bool = False
+    """Also report eval/reward(/<part>): the configured rewards (a fresh copy) on greedy completions."""
+    eval_batch: int = 32
+    """Held-out prompts per generate call."""
+    threads: int = 0
+    """torch CPU threads (0 = torch's default)."""
+    max_skipped_steps: int = 3
+    """Stop the run after this many consecutive steps skipped for a non-finite loss or gradient."""
+    check_memory: bool = True
+    """On GPU, refuse a run that `mmrlvr plan` says will not fit (false: warn and run it)."""
+    strategy: str = "auto"
+    """Multi-process engine: `auto` (DDP when the model fits one device by `mmrlvr plan`, else FSDP2), `ddp`, `fsdp2`."""
+
+
+@dataclass
+class PWSDStageConfig:
+    """The PWSD stage `mmrlvr sft` runs after SFT (TransAnyText): on-policy self-distillation
+    from the privileged teacher, no policy-gradient term (the rewards are weighted 0 and only
+    logged)."""
+
+    steps: int = 0
+    """PWSD steps (0: SFT only)."""
+    lr: float = 1e-4
+    """Peak learning rate."""
+    alpha: float = 1.0
+    """Gap sharpness in w_t = σ(α·gap_t) (METHODS.md)."""
+    max_rows: int = 16
+    """Student rollouts distilled per step."""
+    teacher: str = "live"
+    """`live`: the model being trained scores as teacher; `frozen`: the SFT weights PWSD started from."""
+    batch_prompts: int = 8
+    """Prompts per step."""
+    group_size: int = 2
+    """Student samples per prompt."""
+    temperature: float = 1.0
+    """Sampling temperature of the student's rollouts (GRPO's is rollout.temperature)."""
+    out_dir: str = "runs/pwsd"
+    """Where the PWSD model and its run go (`OUT/final` is what GRPO starts from and keeps a KL to)."""
+
+
+@dataclass
+class SFTConfig:
+    init: str = ""
+    """Model to start the warm start from (empty: `model.path`)."""
+    steps: int = 200
+    """Supervised steps."""
+    batch_size: int = 32
+    """Examples per step."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    warmup_steps: int = 10
+    """Linear warm-up steps."""
+    out_dir: str = "runs/sft"
+    """Where the warm-started model and its log go."""
+    privileged_fraction: float = 0.0
+    """Share of each batch shown the privileged teacher prompt (image_translation; for PWSD)."""
+    pwsd: PWSDStageConfig = field(default_factory=PWSDStageConfig)
+    """Optional PWSD stage after SFT."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Datasets."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Sampling."""
+    rewards: list[dict[str, Any]] = field(default_factory=lambda: [
+        {"name": "accuracy", "weight": 0.9}, {"name": "format", "weight": 0.1}])
+    """Rewards as `{name, weight, ...options}`; `name` may be `path/file.py:function`."""
+    eval_rewards: list[dict[str, Any]] = field(default_factory=list)
+    """Rewards `train.eval_reward` scores eval's greedy completions with (empty: `rewards`)."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """GRPO algorithm."""
+    objectives: list[dict[str, Any]] = field(default_factory=list)
+    """Auxiliary objectives as `{name, weight, ...options}` (empty: plain GRPO)."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimiser and schedule."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Loop, logging and checkpoints."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """Supervised warm start (`mmrlvr sft`)."""
+
+
+def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted key, default, docstring) for every field, read from the source docstrings."""
+    import ast
+    import inspect
+
+    docs: dict[str, str] = {}
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) \
+                and isinstance(getattr(nxt, "value", None), ast.Constant):
+            docs[node.target.id] = str(nxt.value.value)
+    rows = []
+    default = cls()
+    for f in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(hint):
+            rows.extend(describe(hint, f"{prefix}{f.name}."))
+        else:
+            rows.append((f"{prefix}{f.name}", repr(getattr(default, f.name)), docs.get(f.name, "")))
+    return rows

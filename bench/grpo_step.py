@@ -115,7 +115,7 @@ def bench_mmrlvr(model_dir: Path, train_file: Path, workdir: Path, warmup: int, 
         f"train.out_dir={workdir / 'mmrlvr-run'}", "train.seed=0",
     ])
     cfg.rewards = reward_specs()
-    run, _ = build_run(cfg)
+    run, _ = build_run(cfg, overwrite=True)          # the benchmark owns its scratch run dir
     step_s, roll_s, tokens, lengths, trained = [], [], [], [], []
     for step in range(1, total + 1):
         t0 = time.perf_counter()

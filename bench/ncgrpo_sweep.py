@@ -91,7 +91,7 @@ def prepare(args, out: Path) -> tuple[Path, Path]:
         cfg.sft.init, cfg.sft.steps, cfg.sft.out_dir = str(tiny), args.sft_steps, str(sft_dir)
         cfg.sft.batch_size, cfg.sft.lr, cfg.data.eval = 32, 3e-3, ""
         print(f"SFT warm start: {args.sft_steps} steps ...", flush=True)
-        sft(cfg, progress=False)
+        sft(cfg, progress=False, overwrite=True)
     return sft_dir / "final", data
 
 
@@ -130,7 +130,7 @@ def sweep(args, start: Path, data: Path, out: Path, test) -> list[dict]:
         run_dir = out / f"alpha-{alpha:g}"
         cfg = base_config(args, start, data, run_dir, branching_for(args, alpha))
         t0 = time.perf_counter()
-        train(cfg, progress=False)
+        train(cfg, progress=False, overwrite=True)
         seconds = time.perf_counter() - t0
         steps = [r for r in read_metrics(run_dir / "metrics.jsonl") if "reward/mean" in r]
 

@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     if not (work / "sft" / "final" / "config.json").is_file():
         sft(load_config(ROOT / "configs" / METHODS["GRPO"],
-                        common + [f"sft.init={tiny}", f"sft.steps={args.sft_steps}"]), progress=True)
+                        common + [f"sft.init={tiny}", f"sft.steps={args.sft_steps}"]), progress=True,
+            overwrite=True)
     results, timings = {}, {}
     for method, config in METHODS.items():
         run = work / method.lower()
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"model.path={work / 'sft' / 'final'}", f"train.steps={args.steps}",
             f"train.out_dir={run}", "train.save_every=0", "train.eval_every=0",
             f"rollout.max_new_tokens={args.max_new_tokens}"])
-        train(cfg, progress=True)
+        train(cfg, progress=True, overwrite=True)
         report = stress(str(run), str(data / "test.jsonl"), str(run / "stress"), args.ops,
                         limit=args.stress_limit, max_new_tokens=args.max_new_tokens, seed=args.seed)
         results[method] = report["summary"]

@@ -93,7 +93,7 @@ def prepare(args, out: Path) -> tuple[Path, Path]:
                                         f"sft.init={tiny}", f"sft.steps={args.sft_steps}",
                                         f"sft.out_dir={sft_dir}", f"train.seed={args.seed}"])
         print(f"SFT warm start: {args.sft_steps} steps ...", flush=True)
-        sft(cfg, progress=False)
+        sft(cfg, progress=False, overwrite=True)
     return sft_dir / "final", data
 
 
@@ -154,7 +154,7 @@ def main(argv=None) -> None:
         print(f"{arm}: {cfg.train.steps} steps x {cfg.train.batch_prompts} prompts x "
               f"G {cfg.rollout.group_size} ...", flush=True)
         t0 = time.perf_counter()
-        train(cfg, progress=False)
+        train(cfg, progress=False, overwrite=True)
         rows = read_metrics(out / arm / "metrics.jsonl")
         runs[arm] = {"cfg": cfg, "rows": rows, "seconds": time.perf_counter() - t0}
 

@@ -11,7 +11,7 @@ defaults). Every step goes through the real trainer (`mmrlvr.train.trainer.build
 `--tiny` uses the tiny builder's own sizes (0.9 M parameters) for a CPU smoke run; on CPU the
 compute dtype is float32.
 
-Rewards: accuracy 0.9 + format 0.1 + `length_reward` below (len(text) / 1000). A random model
+Rewards: accuracy 0.9 + format 0.1 + `length_reward` (len(text) / 1000). A random model
 scores 0 on the first two everywhere; the dense length term gives every group spread, so the
 update trains (nearly) every row, as a real run with spread would.
 
@@ -43,23 +43,14 @@ When `trl` is installed: the same workload through TRL's GRPOTrainer (bf16 autoc
 weights, the same rewards, one optimizer step of 4 micro-batches per 64 rollouts), and the
 ratio of median step times. When `vllm` is installed (and on CUDA): `rollout.backend=vllm`
 without and with NC-GRPO noise (`rollout.branching={kind: latent_noise, fraction: 0.5,
-alpha: 0.1}`), tokens/s of each, and the noise check below. Each of these, and `--contrast`,
-runs in its own subprocess (its own GPU memory peak; a failure there is reported, not fatal).
+alpha: 0.1}`), tokens/s of each, and the vLLM noise check (does vLLM's noisy last-layer input
+match the HF path's displacement?). Each of these, and `--contrast`, runs in its own subprocess
+(its own GPU memory peak; a failure there is reported, not fatal).
 
-The vLLM noise check. After the timed steps the noisy engine generates one token for one prompt
-with G = 2 (one clean request, one noisy). Two extra forward pre-hooks on vLLM's last decoder
-layer, one before and one after mmrlvr's noise hook, record that layer's input (hidden_states +
-residual) at the prompt rows. The HF path's side is the same prompt through the policy's own
-forward (the weights vLLM was just synced from), its last-layer input displaced by
-`NoisePlan.displace` (what `HFRolloutEngine` applies) with the noisy request's seed and sign.
-Compared: the prompt length L of both paths (the noise is drawn as randn(L, d)); the recovered
-noise direction (vLLM's displacement / σ_vLLM against HF's / σ_HF, cosine >= 0.99); the
-displacement itself (relative error <= 0.1: bf16 rounding on vLLM's side plus the two paths'
-σ, i.e. their hidden-state norms); the clean request's rows (exactly untouched); and, for
-information, how far vLLM's clean last-layer input is from HF's. Not compared: the tokens
-sampled after the displaced prefill (different samplers), decoding steps (the engine's own
-counters check that only prompt tokens were displaced), chunked prefill (one prompt fits one
-chunk here), the `final_hidden` site and the shared / antithetic noise modes.
+Files: this one holds the arguments, the mmrlvr measurement and the report;
+gpu_check_workload.py the model, data, config and rewards, and the figures computed from a run
+(counts, medians, tokens/s, MFU); gpu_check_compare.py the runs in subprocesses, TRL's run, and
+the vLLM noise check, whose docstring says what it compares and what not.
 
 Usage (one GPU; the box needs torch, torchvision, pillow, transformers, accelerate, peft and
 pyyaml, numpy, tqdm, which transformers brings; not yet timed on a GPU: a few minutes expected):
@@ -81,41 +72,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:          # its helpers beside it, however it is started or loaded
+    sys.path.append(HERE)
+from gpu_check_compare import (  # noqa: E402
+    RESULT_TAG, guarded, noise_check, print_noise_check, print_trl, run_trl, spawn_others)
+from gpu_check_workload import (  # noqa: E402
+    NOISE, PHASES, REFERENCE, TINY, changed_fraction, make_config, model_dims, package_version,
+    param_counts, peak_rss_mib, prepare, prompt_shape, snapshot, step_figures, summarize)
+
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = dict(hidden_size=1536, num_layers=28, num_heads=12, num_kv_heads=2,
-                 intermediate_size=8960, vision_depth=32, vision_width=1280)
-"""The measured reference workload's model: 1.87 B parameters (text 1.31 B, vision 0.56 B)."""
-TINY = dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=256,
-            vision_depth=2, vision_width=64)
-"""`build_tiny`'s own defaults (0.9 M parameters)."""
 H100_SXM_BF16_TFLOPS = 989.0
 CHANGED_MIN = 0.99
-NOISE = {"kind": "latent_noise", "fraction": 0.5, "alpha": 0.1}
-FORMAT_PROMPT = ("Output the thinking process in <think> </think> and the final answer in "
-                 "<answer> </answer> tags.")
-RESULT_TAG = "GPU_CHECK_RESULT "
-PHASES = {"mmrlvr": "mmrlvr, fp32 master weights", "mmrlvr-bf16": "mmrlvr, pure bf16 (contrast)",
-          "trl": "TRL GRPOTrainer", "vllm": "mmrlvr, vLLM rollouts",
-          "vllm-noise": "mmrlvr, vLLM rollouts + NC-GRPO noise"}
-
-
-def length_reward(example, completion: str) -> float:
-    """Dense shaping reward `len(completion) / 1000` (characters): spread in every group."""
-    return len(completion) / 1000
-
-
-def reward_specs() -> list[dict]:
-    return [{"name": "accuracy", "weight": 0.9}, {"name": "format", "weight": 0.1},
-            {"name": f"{Path(__file__).resolve()}:length_reward", "weight": 1.0, "label": "length"}]
 
 
 def default_peak_tflops(gpu_name: str) -> float | None:
@@ -127,130 +102,14 @@ def default_peak_tflops(gpu_name: str) -> float | None:
     return None
 
 
-def available(module: str) -> bool:
-    """Whether `module` can be imported (an import hook that refuses it counts as absent)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-# ------------------------------------------------------------------------------------- setup
-
-def model_dims(args) -> dict:
-    return {k: getattr(args, k) for k in REFERENCE}
-
-
-def prepare(args) -> tuple[Path, Path]:
-    """Build the model and the shapes data into the workdir once (reused when they match)."""
-    workdir = Path(args.workdir)
-    dims, px = model_dims(args), args.image_size
-    model_dir = workdir / ("qwen25vl-{hidden_size}x{num_layers}-h{num_heads}-kv{num_kv_heads}-"
-                           "mlp{intermediate_size}-vis{vision_depth}x{vision_width}".format(**dims)
-                           + f"-{px}px")
-    info = model_dir / "tiny.json"
-    built = json.loads(info.read_text()) if info.exists() else {}
-    if any(built.get(k) != v for k, v in dims.items()):
-        from mmrlvr.tiny import build_tiny
-
-        t0 = time.perf_counter()
-        print(f"building the random-weight Qwen2.5-VL in {model_dir} ...", file=sys.stderr,
-              flush=True)
-        build_tiny("qwen2.5-vl", model_dir, min_pixels=px * px, max_pixels=px * px, **dims)
-        print(f"  built in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    n_rows = args.prompts * (args.warmup + args.steps)
-    data_dir = workdir / f"shapes-{px}px-{n_rows}"
-    if not (data_dir / "info.json").exists():
-        from mmrlvr.tasks.shapes import make_shapes
-
-        make_shapes(data_dir, n_train=n_rows, n_test=0, seed=0, image_size=px)
-    return model_dir, data_dir / "train.jsonl"
-
-
-def make_config(args, model_dir: Path, train_file: Path, out_dir: Path, *,
-                param_dtype: str = "float32", backend: str = "hf", branching: dict | None = None):
-    from mmrlvr.config import load_config
-
-    px = args.image_size * args.image_size
-    compute = "bfloat16" if param_dtype == "bfloat16" else "auto"   # auto: bf16 on CUDA
-    cfg = load_config(None, [
-        f"model.path={model_dir}", f"model.min_pixels={px}", f"model.max_pixels={px}",
-        f"model.dtype={compute}", f"model.param_dtype={param_dtype}", f"data.train={train_file}",
-        f"rollout.backend={backend}", f"rollout.group_size={args.group}",
-        f"rollout.max_new_tokens={args.max_new_tokens}", "rollout.temperature=1.0",
-        "algo.beta=0.0", f"optim.lr={args.lr}", "optim.schedule=constant",
-        f"train.steps={args.warmup + args.steps}", f"train.batch_prompts={args.prompts}",
-        f"train.micro_batch={args.micro_batch}", f"train.out_dir={out_dir}", "train.seed=0",
-        f"train.device={args.device}"])
-    cfg.data.format_prompt = FORMAT_PROMPT
-    cfg.rewards = reward_specs()
-    if branching:
-        cfg.rollout.branching = dict(branching)
-    return cfg
-
-
 # ------------------------------------------------------------------------------ measurements
-
-def is_vision(name: str) -> bool:
-    return ".visual." in f".{name}"
-
-
-def param_counts(policy) -> dict[str, int]:
-    text = vis = 0
-    for name, p in policy.model.named_parameters():
-        if p.requires_grad:
-            if is_vision(name):
-                vis += p.numel()
-            else:
-                text += p.numel()
-    return {"trainable": text + vis, "trainable_text": text, "trainable_vision": vis,
-            "total": sum(p.numel() for p in policy.model.parameters())}
-
-
-def prompt_shape(run) -> dict[str, float]:
-    """Mean prompt tokens (image tokens included) and vision patches per prompt (<= 16 prompts)."""
-    examples = run.train_data[:16]
-    batch = run.policy.adapter.encode(examples, run.policy.processor,
-                                      system_prompt=run.cfg.data.system_prompt,
-                                      format_prompt=run.cfg.data.format_prompt)
-    grid = batch.inputs.get("image_grid_thw")
-    patches = float(grid.prod(dim=1).sum()) / len(examples) if grid is not None else 0.0
-    return {"prompt_tokens": float(batch.inputs["attention_mask"].sum(dim=1).float().mean()),
-            "patches": patches}
-
-
-def snapshot(params) -> list:
-    return [p.detach().to("cpu", dtype=_torch().float32, copy=True) for p in params]
-
-
-def changed_fraction(params, before) -> tuple[int, int]:
-    """(elements that differ from the snapshot, elements) over the trainable weights."""
-    changed = total = 0
-    for p, old in zip(params, before):
-        changed += int((p.detach().float() != old.to(p.device)).sum())
-        total += old.numel()
-    return changed, total
-
-
-def _torch():
-    import torch
-
-    return torch
-
-
-def peak_rss_mib() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
-
 
 def run_grpo(args, cfg, after=None) -> dict:
     """Warm-up + timed GRPO steps through the real trainer; the figures of the timed steps.
 
     `after(run)` runs once the steps are done (the vLLM noise check) and its dict is added."""
-    torch = _torch()
+    import torch
+
     from mmrlvr.train.setup import build_run
     from mmrlvr.train.trainer import grpo_step
 
@@ -258,7 +117,7 @@ def run_grpo(args, cfg, after=None) -> dict:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t_load = time.perf_counter()
-    run, _ = build_run(cfg)
+    run, _ = build_run(cfg, overwrite=True)          # the check owns its scratch run dir
     load_s = time.perf_counter() - t_load
     params = run.policy.trainable_parameters()
     counts, shape = param_counts(run.policy), prompt_shape(run)
@@ -289,271 +148,13 @@ def run_grpo(args, cfg, after=None) -> dict:
     result = {"load_s": load_s, "params": counts, **shape,
               "compute_dtype": str(run.policy.compute_dtype).removeprefix("torch."),
               "param_dtype": cfg.model.param_dtype, "backend": cfg.rollout.backend,
-              "branching": cfg.rollout.branching, "steps": [_step_figures(m, args) for m in steps],
+              "branching": cfg.rollout.branching, "steps": [step_figures(m, args) for m in steps],
               "peak_gpu_gib": peak, "peak_rss_mib": peak_rss_mib(),
               "weights_changed": changed, "weights_total": total,
               "changed_fraction": changed / max(total, 1)}
     if after is not None:
         result.update(after(run))
     return summarize(result, args)
-
-
-def _step_figures(m: dict, args) -> dict:
-    rows = args.prompts * args.group
-    return {"rollout_s": m["time/rollout_s"], "reward_s": m["time/reward_s"],
-            "update_s": m["time/update_s"], "step_s": m["time/step_s"],
-            "generate_s": m["engine/generate_s"], "weight_sync_s": m["engine/weight_sync_s"],
-            "generated_tokens": m["response/length_mean"] * rows,
-            "completion_tokens_mean": m["response/length_mean"],
-            "trained_rows": m["update/trained_rows"], "reward_mean": m["reward/mean"]}
-
-
-def summarize(r: dict, args) -> dict:
-    """Medians, tokens/s and MFU (formulas in the module docstring) of a run's timed steps."""
-    steps = r["steps"]
-    for key in ("rollout_s", "reward_s", "update_s", "step_s"):
-        r[f"median_{key}"] = statistics.median(s[key] for s in steps)
-    tokens = sum(s["generated_tokens"] for s in steps)
-    r["tokens_per_s"] = tokens / sum(s["rollout_s"] for s in steps)
-    r["generate_tokens_per_s"] = tokens / sum(s["generate_s"] for s in steps)
-    r["median_weight_sync_s"] = statistics.median(s["weight_sync_s"] for s in steps)
-    B, G = args.prompts, args.group
-    n_text, n_vis = r["params"]["trainable_text"], r["params"]["trainable_vision"]
-    P, V = r["prompt_tokens"], r["patches"]
-    for s in steps:
-        R, C = s["trained_rows"], s["completion_tokens_mean"]
-        s["update_flops"] = 6 * (n_text * R * (P + C) + n_vis * (R / G) * V)
-        s["rollout_flops"] = 2 * (n_text * (B * G * P + s["generated_tokens"]) + n_vis * B * V)
-    peak = args.peak_tflops
-    r["peak_tflops"] = peak
-    if peak:
-        r["update_mfu"] = statistics.median(s["update_flops"] / s["update_s"] / (peak * 1e12)
-                                            for s in steps)
-        r["rollout_mfu"] = statistics.median(s["rollout_flops"] / s["rollout_s"] / (peak * 1e12)
-                                             for s in steps)
-    return r
-
-
-# ------------------------------------------------------------------------- vLLM noise check
-
-def _capture_install(worker) -> bool:
-    """(runs in vLLM's worker) Record the last decoder layer's input before and after mmrlvr's
-    noise hook, at every prompt row of every request, for the next forwards."""
-    from dataclasses import asdict
-
-    from mmrlvr.rollout.vllm_noise import batch_segments
-
-    runner = worker.model_runner
-    hooks = runner._mmrlvr_noise
-    layer = hooks.decoder.layers[-1]
-    store: dict = {"rows": []}
-
-    def layer_input(args, kwargs):
-        bound = hooks.signature.bind(*args, **kwargs)
-        hidden, residual = bound.arguments["hidden_states"], bound.arguments.get("residual")
-        return hidden.float() if residual is None else hidden.float() + residual.float()
-
-    def before(module, args, kwargs):
-        if hooks.num_scheduled is not None:          # a real step, not a warm-up / dummy run
-            store["base"] = layer_input(args, kwargs)
-
-    def after(module, args, kwargs):
-        base = store.pop("base", None)
-        if base is None:
-            return
-        moved = layer_input(args, kwargs)
-        start = 0
-        for req_id, seg in zip(runner.input_batch.req_ids,
-                               batch_segments(runner, hooks.num_scheduled)):
-            n = seg.prompt_rows
-            if n:
-                store["rows"].append({
-                    "request": str(req_id), "computed": seg.computed, "prompt_len": seg.prompt_len,
-                    "noise": None if seg.noise is None else asdict(seg.noise),
-                    "base": base[start:start + n].cpu(), "moved": moved[start:start + n].cpu()})
-            start += seg.query_len
-
-    handles = [layer.register_forward_pre_hook(before, with_kwargs=True, prepend=True),
-               layer.register_forward_pre_hook(after, with_kwargs=True)]
-    runner._gpu_check_capture = (store, handles)
-    return True
-
-
-def _capture_take(worker) -> list[dict]:
-    """(runs in vLLM's worker) The recorded rows; removes the recording hooks."""
-    store, handles = worker.model_runner._gpu_check_capture
-    for h in handles:
-        h.remove()
-    del worker.model_runner._gpu_check_capture
-    return store["rows"]
-
-
-def hf_last_layer_input(policy, batch):
-    """The HF path's input to the last decoder layer for `batch`'s prompts: ([N, P, d] float32,
-    attention mask [N, P]), from the policy's own forward in its generation precision."""
-    torch = _torch()
-    from mmrlvr.rollout.branching import find_decoder
-    from mmrlvr.core.types import to_device
-
-    grabbed = {}
-
-    def grab(module, args, kwargs):
-        grabbed["h"] = (args[0] if args else kwargs["hidden_states"]).detach().float().cpu()
-
-    handle = find_decoder(policy.model).layers[-1].register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        inputs = to_device(batch.inputs, policy.device, policy.dtype)
-        with torch.no_grad(), policy.generation():
-            policy.model(**inputs, use_cache=False, logits_to_keep=1)
-    finally:
-        handle.remove()
-    return grabbed["h"], batch.inputs["attention_mask"].cpu()
-
-
-def compare_noise(rows: list[dict], hf_hidden, hf_mask) -> dict:
-    """vLLM's recorded last-layer inputs of one prompt against the HF path's displacement.
-
-    `rows`: `_capture_take`'s records (one clean and one noisy request of the same prompt);
-    `hf_hidden` [1, P, d] float32 and `hf_mask` [1, P]: `hf_last_layer_input` of that prompt."""
-    torch = _torch()
-    from mmrlvr.rollout.branching import NoisePlan, RowNoise
-
-    noisy = sorted({r["request"] for r in rows if r["noise"] is not None})
-    if len(noisy) != 1:
-        return {"noise_check_pass": False,
-                "noise_check_error": f"expected one noisy request's prefill, recorded {len(noisy)}"}
-    mine = sorted((r for r in rows if r["request"] == noisy[0]), key=lambda r: r["computed"])
-    L, d = mine[0]["prompt_len"], hf_hidden.shape[-1]
-    pos = hf_mask[0].bool()
-    L_hf = int(pos.sum())
-    out = {"noise_prompt_tokens_vllm": L, "noise_prompt_tokens_hf": L_hf}
-    covered = sum(r["base"].shape[0] for r in mine)
-    if L != L_hf or covered != L:
-        out.update(noise_check_pass=False, noise_check_error=(
-            f"vLLM's noisy request has {L} prompt tokens ({covered} recorded), the HF prompt "
-            f"{L_hf}: the noise, randn(L, d), is not the same draw"))
-        return out
-    base = torch.cat([r["base"] for r in mine])                                    # [L, d]
-    moved = torch.cat([r["moved"] for r in mine])                                  # [L, d]
-    noise = RowNoise(**mine[0]["noise"])
-    plan = NoisePlan(noise.site, noise.alpha, 1, [True], [noise.seed], [noise.sign])
-    h = hf_hidden[0, pos]                                                          # [L, d]
-    disp_hf = (plan.displace(hf_hidden, hf_mask) - hf_hidden)[0, pos]              # [L, d]
-    disp_vllm = moved - base                                                       # [L, d]
-    sigma_vllm = noise.alpha * base.norm(dim=-1, keepdim=True) / math.sqrt(d)      # [L, 1]
-    sigma_hf = noise.alpha * h.norm(dim=-1, keepdim=True) / math.sqrt(d)           # [L, 1]
-    eps_cos = float(torch.nn.functional.cosine_similarity(
-        (disp_vllm / sigma_vllm).flatten(), (disp_hf / sigma_hf).flatten(), dim=0))
-    disp_err = float((disp_vllm - disp_hf).norm() / disp_hf.norm())
-    clean = [r for r in rows if r["noise"] is None]
-    clean_max = max((float((r["moved"] - r["base"]).abs().max()) for r in clean), default=None)
-    out.update(noise_eps_cosine=eps_cos, noise_displacement_rel_err=disp_err,
-               noise_sigma_ratio_median=float((sigma_vllm / sigma_hf).median()),
-               noise_clean_max_abs_change=clean_max,
-               noise_base_rel_err=float((base - h).norm() / h.norm()))
-    if clean_max is None:
-        out.update(noise_check_pass=False, noise_check_error="no clean request was recorded")
-    else:
-        out["noise_check_pass"] = eps_cos >= 0.99 and disp_err <= 0.1 and clean_max == 0.0
-    return out
-
-
-def noise_check(run) -> dict:
-    """One prompt, G = 2 (one clean, one noisy member) through the noisy vLLM engine, compared
-    with the HF path (module docstring)."""
-    from mmrlvr.rollout import SamplingParams
-
-    policy, engine = run.policy, run.engine
-    batch = policy.adapter.encode(run.train_data[:1], policy.processor,
-                                  system_prompt=run.cfg.data.system_prompt,
-                                  format_prompt=run.cfg.data.format_prompt)
-    engine.wake_up()                      # syncs the last update's weights first
-    engine.llm.collective_rpc(_capture_install)
-    try:
-        engine.generate(batch, SamplingParams(n=2, max_new_tokens=1, temperature=1.0))
-    finally:
-        rows = engine.llm.collective_rpc(_capture_take)[0]
-    engine.sleep()
-    hidden, mask = hf_last_layer_input(policy, batch)
-    return compare_noise(rows, hidden, mask)
-
-
-# --------------------------------------------------------------------------------------- TRL
-
-def run_trl(args, model_dir: Path, train_file: Path, out_dir: Path) -> dict:
-    """The same workload through TRL's GRPOTrainer; median step time of the timed steps."""
-    import dataclasses
-
-    torch = _torch()
-    from datasets import Dataset
-    from datasets import Image as ImageFeature
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from mmrlvr.data import Example, load_dataset
-    from mmrlvr.train.policy import load_processor
-    from rewards.base import build_combined
-
-    total = args.warmup + args.steps
-    examples = load_dataset(str(train_file))
-    dataset = Dataset.from_dict({
-        "prompt": [[{"role": "user", "content": f"{ex.prompt} {FORMAT_PROMPT}"}]
-                   for ex in examples],
-        "image": [str(ex.images[0]) for ex in examples],
-        "answer": [ex.answer for ex in examples], "id": [ex.id for ex in examples],
-    }).cast_column("image", ImageFeature())
-    combined = build_combined(reward_specs())
-
-    def mmrlvr_reward(prompts, completions, answer, id, **_):
-        """mmrlvr's combined reward, one completion at a time."""
-        texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
-        return [combined.score(Example(id=i, prompt="", answer=a), [t])[0]["overall"]
-                for t, a, i in zip(texts, answer, id)]
-
-    class Timer(TrainerCallback):
-        """Wall time between optimizer steps (generation, rewards and update all inside)."""
-
-        def __init__(self):
-            self.last, self.steps = None, []
-
-        def on_step_begin(self, args, state, control, **kw):
-            if self.last is None:
-                self.last = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            now = time.perf_counter()
-            self.steps.append(now - self.last)
-            self.last = now
-
-    cuda = torch.cuda.is_available() and args.device != "cpu"
-    accum = args.prompts * args.group // args.micro_batch
-    wanted = dict(
-        output_dir=str(out_dir), num_generations=args.group,
-        per_device_train_batch_size=args.micro_batch, gradient_accumulation_steps=accum,
-        steps_per_generation=accum, num_iterations=1, max_completion_length=args.max_new_tokens,
-        max_prompt_length=None, temperature=1.0, top_p=1.0, learning_rate=args.lr,
-        lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0, beta=0.0,
-        loss_type="dapo", epsilon=0.2, epsilon_high=0.28, max_steps=total, logging_steps=1,
-        report_to=[], save_strategy="no", use_cpu=not cuda, bf16=cuda, gradient_checkpointing=False,
-        model_init_kwargs={"dtype": "float32"}, seed=0, dataloader_num_workers=0,
-        disable_tqdm=True, log_completions=False)
-    known = {f.name for f in dataclasses.fields(GRPOConfig)}
-    dropped = sorted(set(wanted) - known)
-    timer = Timer()
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=mmrlvr_reward,
-                          args=GRPOConfig(**{k: v for k, v in wanted.items() if k in known}),
-                          train_dataset=dataset, processing_class=load_processor(str(model_dir)),
-                          callbacks=[timer])
-    trainer.train()
-    if len(timer.steps) != total:
-        raise RuntimeError(f"expected {total} TRL optimizer steps, timed {len(timer.steps)}")
-    timed = timer.steps[args.warmup:]
-    return {"median_step_s": statistics.median(timed), "step_s": timed,
-            "config_keys_unknown_to_this_trl": dropped, "trl_version": _version("trl"),
-            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-            "peak_rss_mib": peak_rss_mib()}
 
 
 # ------------------------------------------------------------------------------------ phases
@@ -568,45 +169,6 @@ def run_phase(phase: str, args) -> dict:
               "vllm-noise": {"backend": "vllm", "branching": NOISE}}[phase]
     cfg = make_config(args, model_dir, train_file, out_dir, **kwargs)
     return run_grpo(args, cfg, after=noise_check if phase == "vllm-noise" else None)
-
-
-def spawn(phase: str, argv: list[str], args) -> dict:
-    """`phase` in a fresh interpreter (its own GPU memory and peak); its stderr streams through."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--phase", phase,
-           "--workdir", str(args.workdir)]
-    if args.peak_tflops:
-        cmd += ["--peak-tflops", str(args.peak_tflops)]
-    print(f"\n[{PHASES[phase]}] running in a subprocess ...", file=sys.stderr, flush=True)
-    result = None
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT) as proc:
-        for line in proc.stdout:             # its log goes on to stderr; the result line is ours
-            if line.startswith(RESULT_TAG):
-                result = json.loads(line[len(RESULT_TAG):])
-            else:
-                sys.stderr.write(line)
-    if result is None:
-        return {"error": f"the subprocess exited {proc.returncode} without a result "
-                         "(its log is above)"}
-    return result
-
-
-def guarded(fn, *a) -> dict:
-    try:
-        return fn(*a)
-    except Exception as err:  # noqa: BLE001 - report the failure, keep the other figures
-        import traceback
-
-        traceback.print_exc(file=sys.stderr)
-        return {"error": f"{type(err).__name__}: {err}"}
-
-
-def _version(pkg: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(pkg)
-    except PackageNotFoundError:
-        return "not installed"
 
 
 # ------------------------------------------------------------------------------------ report
@@ -646,20 +208,12 @@ def print_grpo(name: str, r: dict, args) -> None:
     print(f"  weights changed: {100 * r['changed_fraction']:.2f} % of "
           f"{r['weights_total']:,} trainable weights ({r['weights_changed']:,} changed)")
     if "noise_check_pass" in r:
-        if "noise_eps_cosine" in r:
-            print(f"  noise check: prompt tokens vLLM {r['noise_prompt_tokens_vllm']} / HF "
-                  f"{r['noise_prompt_tokens_hf']}; noise direction cosine "
-                  f"{r['noise_eps_cosine']:.4f}; displacement rel. error "
-                  f"{r['noise_displacement_rel_err']:.4f}; σ ratio "
-                  f"{r['noise_sigma_ratio_median']:.4f}; clean rows max |change| "
-                  f"{r['noise_clean_max_abs_change']}; clean last-layer input vLLM vs HF "
-                  f"rel. error {r['noise_base_rel_err']:.4f}")
-        else:
-            print(f"  noise check: {r.get('noise_check_error')}")
+        print_noise_check(r)
 
 
 def print_header(args, model: dict, main_shape: dict) -> None:
-    torch = _torch()
+    import torch
+
     cuda = torch.cuda.is_available() and args.device != "cpu"
     device = torch.cuda.get_device_name() if cuda else "CPU"
     dims = model_dims(args)
@@ -668,7 +222,8 @@ def print_header(args, model: dict, main_shape: dict) -> None:
           f"{dims['vision_width']}), {args.image_size} px images; {args.prompts} prompts x "
           f"{args.group} rollouts x <= {args.max_new_tokens} new tokens, micro-batch "
           f"{args.micro_batch}, lr {args.lr:g}; {args.warmup} warm-up + {args.steps} timed steps")
-    print(f"device {device}; torch {torch.__version__}, transformers {_version('transformers')}")
+    print(f"device {device}; torch {torch.__version__}, "
+          f"transformers {package_version('transformers')}")
     n_text, n_vis = model.get("trainable_text", 0), model.get("trainable_vision", 0)
     P, V = main_shape.get("prompt_tokens", 0), main_shape.get("patches", 0)
     print(f"MFU = FLOPs / s / peak, weight matmuls only: update 6*(N_text*R*(P+C) + "
@@ -730,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         print(RESULT_TAG + json.dumps(result), flush=True)
         return 0
 
-    torch = _torch()
+    import torch
+
     cuda = torch.cuda.is_available() and args.device != "cpu"
     args.peak_source = "--peak-tflops"
     if args.peak_tflops is None and cuda:
@@ -750,24 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()                 # the run's model, optimizer and engine: free for the others
         if cuda:
             torch.cuda.empty_cache()
-        skipped: dict[str, str] = {}
-        if args.contrast:
-            results["mmrlvr-bf16"] = spawn("mmrlvr-bf16", argv, args)
-        if args.no_trl:
-            skipped["trl"] = "--no-trl"
-        elif not available("trl"):
-            skipped["trl"] = "trl is not installed (pip install trl, or the [bench] extra)"
-        else:
-            results["trl"] = spawn("trl", argv, args)
-        if args.no_vllm:
-            skipped["vllm"] = "--no-vllm"
-        elif not cuda:
-            skipped["vllm"] = "vLLM needs a CUDA device"
-        elif not available("vllm"):
-            skipped["vllm"] = "vllm is not installed (the [vllm] extra)"
-        else:
-            results["vllm"] = spawn("vllm", argv, args)
-            results["vllm-noise"] = spawn("vllm-noise", argv, args)
+        others, skipped = spawn_others(argv, args, cuda)
+        results.update(others)
         ok = report(args, results, skipped, time.perf_counter() - t_start)
     finally:
         if tmp is not None:
@@ -784,16 +324,7 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], wall_s: floa
         if name != "trl":
             print_grpo(name, r, args)
     if "trl" in results:
-        r = results["trl"]
-        print(f"\n[{PHASES['trl']}]")
-        if "error" in r:
-            print(f"  FAILED: {r['error']}")
-        else:
-            print(f"  trl {r['trl_version']}: median step {r['median_step_s']:.3f} s"
-                  + (f"; peak GPU memory {r['peak_gpu_gib']:.2f} GiB" if r["peak_gpu_gib"] else ""))
-            if r["config_keys_unknown_to_this_trl"]:
-                print(f"  (GRPOConfig of this trl lacks {r['config_keys_unknown_to_this_trl']}: "
-                      "left at its defaults)")
+        print_trl(results["trl"])
     print()
     for name, why in skipped.items():
         label = "TRL comparison" if name == "trl" else "vLLM runs and the noise check"

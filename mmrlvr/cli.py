@@ -243,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--format-prompt", default="")
     e.add_argument("--on-error", default="raise", choices=["raise", "skip"])
     e.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    e.add_argument("--backend", default="hf", choices=["hf", "vllm"],
-                   help="rollout engine for generation (vllm: GPU, optional extra)")
+    e.add_argument("--backend", default="auto", choices=["auto", "hf", "vllm"],
+                   help="generation engine (auto: vllm on a GPU where it is installed, else hf)")
     e.add_argument("--out", help="write metrics and every prediction to this JSON file")
     e.add_argument("--reward", action="append", metavar="NAME",
                    help="also score the greedy completions with this registered reward and report "

@@ -277,3 +277,13 @@ def test_wav_flac_ogg_mp3_decode_to_the_same_mono_clip(clips, tmp_path):
         assert abs(len(wave) - len(ref)) < 0.05 * SR, path.name    # codecs pad a little
         assert 0.4 < np.abs(wave).max() < 0.6
     assert np.allclose(read_audio(str(clips / "a.wav"), SR), _tone(440, 1.0), atol=1e-4)
+
+
+def test_a_shared_prompt_gives_the_logprobs_and_gradients_of_whole_rows(apolicy, mixed):
+    from tests.test_policy import shared_prompt_check
+
+    batch = apolicy.adapter.encode(mixed, apolicy.processor)
+    rows = [2, 2, 1, 0, 1, 2]
+    ids, mask = _completions(apolicy, [4, 6, 3, 5, 2, 6])
+    tower = next(n for n, _ in apolicy.model.named_parameters() if "audio_tower.conv1.weight" in n)
+    shared_prompt_check(apolicy, batch, rows, ids, mask, tower)

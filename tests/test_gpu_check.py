@@ -65,6 +65,13 @@ def load_gpu_check():
     return module
 
 
+def load_helper(name: str):
+    """One of the script's helper modules (gpu_check_compare, gpu_check_workload), imported as
+    the script imports it: loading the script puts bench/ on the import path."""
+    load_gpu_check()
+    return importlib.import_module(name)
+
+
 def blocked_env(tmp_path: Path) -> dict[str, str]:
     site = tmp_path / "site"
     site.mkdir()
@@ -198,34 +205,35 @@ def clean_last_layer_input(runner, L: int, pad: int) -> tuple[torch.Tensor, torc
     return hidden, mask.unsqueeze(0)
 
 
-def recorded_rows(gpu_check, L: int = 9):
+def recorded_rows(compare, L: int = 9):
     """One clean and one noisy request of the same prompt through the toy runner with mmrlvr's
     noise hooks and the check's recording hooks; the noisy prefill comes in two chunks."""
     from mmrlvr.rollout.branching import Branching, make_plan
     from mmrlvr.rollout.vllm_noise import NoiseWorkerExtension
 
     torch.manual_seed(3)
-    noise = make_plan(Branching.from_config(gpu_check.NOISE), 1, 2).row(1)     # member 1 is noisy
+    noise_config = load_helper("gpu_check_workload").NOISE
+    noise = make_plan(Branching.from_config(noise_config), 1, 2).row(1)       # member 1 is noisy
     runner = ToyRunner(torch.randint(0, 50, (L + 4,)))
     worker = SimpleNamespace(model_runner=runner)
     NoiseWorkerExtension.mmrlvr_install_noise(worker, "last_layer_input")
-    gpu_check._capture_install(worker)
+    compare._capture_install(worker)
     runner.model.language_model(runner.prompt[:L], torch.arange(L))    # a warm-up: not recorded
     runner.step([("0", 0, L, None), ("1", 0, 4, noise)])
     runner.step([("1", 4, L - 4, noise), ("0", L, 1, None)])
     runner.step([("1", L, 1, noise), ("0", L + 1, 1, None)])           # decoding: not recorded
-    rows = gpu_check._capture_take(worker)
+    rows = compare._capture_take(worker)
     return rows, runner, noise
 
 
 def test_noise_check_recovers_the_hf_displacement_through_the_runner_hooks():
-    gpu_check = load_gpu_check()
-    rows, runner, noise = recorded_rows(gpu_check)
+    compare = load_helper("gpu_check_compare")
+    rows, runner, noise = recorded_rows(compare)
     assert [(r["request"], r["computed"], r["base"].shape[0]) for r in rows] == [
         ("0", 0, 9), ("1", 0, 4), ("1", 4, 5)]
     assert len(runner.model.language_model.layers[-1]._forward_pre_hooks) == 1  # only mmrlvr's left
     hidden, mask = clean_last_layer_input(runner, 9, pad=3)
-    out = gpu_check.compare_noise(rows, hidden, mask)
+    out = compare.compare_noise(rows, hidden, mask)
     assert out["noise_check_pass"] is True, out
     assert out["noise_prompt_tokens_vllm"] == out["noise_prompt_tokens_hf"] == 9
     assert out["noise_eps_cosine"] > 0.9999 and out["noise_displacement_rel_err"] < 1e-5
@@ -235,25 +243,25 @@ def test_noise_check_recovers_the_hf_displacement_through_the_runner_hooks():
 
 
 def test_noise_check_fails_on_another_draw_a_moved_clean_row_or_another_prompt_length():
-    gpu_check = load_gpu_check()
-    rows, runner, _ = recorded_rows(gpu_check)
+    compare = load_helper("gpu_check_compare")
+    rows, runner, _ = recorded_rows(compare)
     hidden, mask = clean_last_layer_input(runner, 9, pad=3)
 
     other = [dict(r) for r in rows]
     for r in other:
         if r["noise"] is not None:
             r["noise"] = {**r["noise"], "seed": r["noise"]["seed"] + 1}      # HF draws another ε
-    out = gpu_check.compare_noise(other, hidden, mask)
+    out = compare.compare_noise(other, hidden, mask)
     assert out["noise_check_pass"] is False and abs(out["noise_eps_cosine"]) < 0.5
 
     touched = [dict(r) for r in rows]
     touched[0]["moved"] = touched[0]["moved"] + 1e-3                      # the clean request moved
-    out = gpu_check.compare_noise(touched, hidden, mask)
+    out = compare.compare_noise(touched, hidden, mask)
     assert out["noise_check_pass"] is False and out["noise_clean_max_abs_change"] > 0
 
     short_mask = mask.clone()
     short_mask[0, 3] = 0                                                  # HF's prompt: 8 tokens
-    out = gpu_check.compare_noise(rows, hidden, short_mask)
+    out = compare.compare_noise(rows, hidden, short_mask)
     assert out["noise_check_pass"] is False and "9 prompt tokens" in out["noise_check_error"]
 
 
@@ -266,7 +274,7 @@ def test_hf_last_layer_input_is_what_the_last_decoder_layer_receives(tmp_path):
     from mmrlvr.core.types import to_device
     from PIL import Image
 
-    gpu_check = load_gpu_check()
+    compare = load_helper("gpu_check_compare")
     model_dir = build_tiny("qwen2.5-vl", tmp_path / "tiny")
     policy = Policy.load(ModelConfig(path=str(model_dir)), modalities.get("vision"),
                          torch.device("cpu"))
@@ -276,7 +284,7 @@ def test_hf_last_layer_input_is_what_the_last_decoder_layer_receives(tmp_path):
                         images=[str(image)]),
                 Example(id="b", prompt="What colour is it?", answer="red", images=[str(image)])]
     batch = policy.adapter.encode(examples, policy.processor)
-    hidden, mask = gpu_check.hf_last_layer_input(policy, batch)
+    hidden, mask = compare.hf_last_layer_input(policy, batch)
     with torch.no_grad():
         out = policy.model(**to_device(batch.inputs, policy.device), output_hidden_states=True,
                            use_cache=False)

@@ -51,7 +51,13 @@ def sample(policy, batch, branching, seed=0, n=G, tokens=8):
 
 @pytest.fixture()
 def forced(policy, monkeypatch):
-    """Make generate feed FORCED tokens to every row; collect each call's output (logits, cache)."""
+    """Make generate feed FORCED tokens to every row; collect each call's output (logits, cache).
+
+    Noisy members are prefilled whole (they must not share a prompt cache), so the clean runs
+    compared with them here take the same whole-prefill path (not one prefill per prompt)."""
+    import mmrlvr.rollout.hf as hf
+
+    monkeypatch.setattr(hf, "prefill_once", lambda model, inputs, kwargs, n: (inputs, kwargs))
     outputs = []
     real = policy.model.generate
 
@@ -329,7 +335,6 @@ def test_branching_config_errors_and_shipped_configs():
 def test_grpo_step_with_alpha0_is_plain_grpo_and_logs_branch_metrics(tmp_path, tiny_vl, shapes_dir):
     from mmrlvr.train.setup import build_run
     from mmrlvr.train.trainer import grpo_step
-    from rewards.verify import reset_stats
 
     (tmp_path / "shaped.py").write_text(   # length-shaped: spread (so an update) on random weights
         "def length(example, completion):\n    return min(len(completion), 40) / 40.0\n")
@@ -343,7 +348,6 @@ def test_grpo_step_with_alpha0_is_plain_grpo_and_logs_branch_metrics(tmp_path, t
         if branching is not None:
             cfg.rollout.branching = branching
         run, _ = build_run(cfg)
-        reset_stats()            # verify counters are process-wide; earlier tests filled them
         metrics = grpo_step(run, 1)
         return metrics, run.policy.model.state_dict()
 

@@ -180,3 +180,79 @@ def test_shared_media_features_equal_per_row_encoding(policy, mixed_examples):
     torch.testing.assert_close(grads[0][0] * mask, grads[1][0] * mask, atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(grads[0][1], grads[1][1], atol=1e-5, rtol=1e-4)
     policy.model.zero_grad()
+
+
+def shared_prompt_check(policy, batch, rows, ids, mask, grad_of):
+    """rollout_logprobs (each distinct prompt once, its cache shared) against whole rows: the
+    same logprobs and the same gradients."""
+    results = []
+    for shared in (False, True):
+        policy.model.zero_grad()
+        if shared:
+            logp, entropy = policy.rollout_logprobs(batch, rows, ids, mask, 0.7, with_entropy=True)
+        else:
+            inputs, _ = select(batch, rows)
+            logp, entropy = policy.completion_logprobs(
+                inputs, ids, mask, 0.7, with_entropy=True,
+                media=policy.shared_media(batch, rows))
+        (logp * mask).sum().backward()
+        grads = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.grad is not None}
+        results.append((logp.detach() * mask, entropy * mask, grads))
+    policy.model.zero_grad()
+    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results
+    torch.testing.assert_close(lp_b, lp_a, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(ent_b, ent_a, atol=2e-5, rtol=1e-4)
+    assert g_a.keys() == g_b.keys() and grad_of in g_a
+    for name, g in g_a.items():
+        torch.testing.assert_close(g_b[name], g, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("which", ["qwen2.5-vl", "qwen2-vl"])
+def test_a_shared_prompt_gives_the_logprobs_and_gradients_of_whole_rows(
+        which, tiny_vl, tiny_qwen2vl, mixed_examples):
+    path = tiny_vl if which == "qwen2.5-vl" else tiny_qwen2vl
+    policy = Policy.load(ModelConfig(path=str(path)), modalities.get("vision"), torch.device("cpu"))
+    batch = policy.adapter.encode(mixed_examples, policy.processor)
+    rows = [2, 2, 0, 1, 2, 1, 0]                   # groups of different sizes, out of order
+    ids, mask = _completions(policy, len(rows), [5, 9, 2, 7, 3, 9, 1])
+    shared_prompt_check(policy, batch, rows, ids, mask, "model.visual.patch_embed.proj.weight")
+
+
+@pytest.mark.parametrize("which", ["qwen2.5-vl", "qwen2-vl"])
+def test_one_prefill_per_prompt_samples_what_g_prefills_sample(which, tiny_vl, tiny_qwen2vl,
+                                                               mixed_examples, monkeypatch):
+    import mmrlvr.rollout.hf as hf
+
+    path = tiny_vl if which == "qwen2.5-vl" else tiny_qwen2vl
+    policy = Policy.load(ModelConfig(path=str(path)), modalities.get("vision"), torch.device("cpu"))
+    batch = policy.adapter.encode(mixed_examples, policy.processor)
+    params = SamplingParams(n=4, max_new_tokens=12, temperature=1.0)
+    runs = []
+    for share in (True, False):
+        if not share:           # the G-prefill path `num_return_sequences` takes
+            monkeypatch.setattr(hf, "prefill_once", lambda m, inputs, kw, n: (inputs, kw))
+        torch.manual_seed(3)
+        runs.append(make_engine("hf", policy).generate(batch, params))
+    shared, whole = runs
+    assert torch.equal(shared.completion_ids, whole.completion_ids)
+    torch.testing.assert_close(shared.sample_logprobs * shared.completion_mask,
+                               whole.sample_logprobs * whole.completion_mask, atol=1e-5, rtol=1e-4)
+    prompt_tokens = int(batch.inputs["attention_mask"].sum())
+    assert shared.stats["rollout/prefill_tokens"] == prompt_tokens         # each prompt once
+
+
+def test_chunked_token_logprobs_equal_the_whole_log_softmax(monkeypatch):
+    import mmrlvr.train.policy as policy_mod
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 10, 50, generator=gen, requires_grad=True)
+    ids = torch.randint(0, 50, (3, 10), generator=gen)
+    whole = torch.log_softmax(logits.float() / 0.7, dim=-1)
+    want = whole.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    want_entropy = -(whole.exp() * whole).sum(-1)
+    (g_want,) = torch.autograd.grad(want.sum(), logits)
+    monkeypatch.setattr(policy_mod, "LOGPROB_CHUNK", 3 * 50 * 4)     # 4 positions a chunk: 3 chunks
+    got, entropy = policy_mod.token_logprobs(logits, ids, 0.7, with_entropy=True)
+    (g_got,) = torch.autograd.grad(got.sum(), logits)
+    assert torch.equal(got, want) and torch.equal(entropy, want_entropy.detach())
+    torch.testing.assert_close(g_got, g_want, atol=0, rtol=1e-6)

@@ -76,8 +76,8 @@ class DataConfig:
 
 @dataclass
 class RolloutConfig:
-    backend: str = "hf"
-    """`hf` (transformers generate, CPU/GPU) or `vllm` (GPU, optional extra)."""
+    backend: str = "auto"
+    """`auto` (vLLM on a GPU where it is installed, else hf), `hf` (transformers generate) or `vllm`."""
     group_size: int = 8
     """Completions sampled per prompt (G)."""
     max_new_tokens: int = 64

@@ -2,9 +2,21 @@
 from mmrlvr.rollout.base import RolloutEngine, SamplingParams
 
 
+def resolve_backend(name: str) -> str:
+    """`auto`: vLLM where it can run (a CUDA device and the `vllm` package), else transformers."""
+    if name != "auto":
+        return name
+    import importlib.util
+
+    import torch
+
+    return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") else "hf"
+
+
 def make_engine(backend: str, policy, branching: dict | None = None,
                 vllm_gpu_memory_utilization: float = 0.5, seed: int = 0) -> RolloutEngine:
     """Build the rollout engine named in `rollout.backend` for this policy."""
+    backend = resolve_backend(backend)
     if backend == "hf":
         from mmrlvr.rollout.hf import HFRolloutEngine
         return HFRolloutEngine(policy, branching)
@@ -14,4 +26,4 @@ def make_engine(backend: str, policy, branching: dict | None = None,
     raise ValueError(f"unknown rollout backend {backend!r}; use 'hf' or 'vllm'")
 
 
-__all__ = ["RolloutEngine", "SamplingParams", "make_engine"]
+__all__ = ["RolloutEngine", "SamplingParams", "make_engine", "resolve_backend"]

@@ -1,11 +1,15 @@
 """Rollouts with transformers `generate` (CPU and GPU).
 
-Prompts arrive processed once and go to `generate` un-expanded with `num_return_sequences=G`:
-transformers encodes each prompt's media once and repeats the features (rows b*G+g), so neither
-the processor nor the vision encoder runs per copy. Media placeholder
-tokens are suppressed at sampling and any that slip through are scrubbed before training.
+Prompts arrive processed once, and each prompt is prefilled once: its tokens and media run
+through the model a single time (all but the last token), the key/value cache is repeated for
+the G members (rows b*G+g), and `generate` samples from there — the tokens and logprobs of G full
+prefills, for 1/G of their prefill compute (`rollout/prefill_tokens` counts what ran). Media
+placeholder tokens are suppressed at sampling and any that slip through are scrubbed before
+training.
 `rollout.branching` (NC-GRPO latent noise, `mmrlvr.rollout.branching`) displaces the prefill of
-flagged members during sampled (never greedy) generation.
+flagged members during sampled (never greedy) generation; those members must not share a prompt
+cache, so with branching on (and for adapters that hand `generate` embeddings) every member is
+prefilled whole, as `num_return_sequences` does.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import torch.nn.functional as F
 from mmrlvr.rollout.base import SamplingParams, completion_mask, scrub_placeholders
 from mmrlvr.rollout.branching import Branching, latent_noise, make_plan
 from mmrlvr.core.types import PromptBatch, Rollouts
-from mmrlvr.core.types import to_device
+from mmrlvr.core.types import TOKEN_KEYS, to_device
 
 
 class HFRolloutEngine:
@@ -58,6 +62,12 @@ class HFRolloutEngine:
                           top_k=params.top_k or None)
         with policy.generation(), latent_noise(policy.model, plan, row_mask):
             inputs = policy.adapter.generation_inputs(policy.base_model(), batch, inputs)
+            noisy = plan is not None and plan.active
+            if n > 1 and not noisy and "inputs_embeds" not in inputs and prompt_len > 1:
+                inputs, kwargs = prefill_once(policy.base_model(), inputs, kwargs, n)
+                prefill_tokens = int(batch.inputs["attention_mask"].sum())
+            else:
+                prefill_tokens = n * int(batch.inputs["attention_mask"].sum())
             out = policy.model.generate(**inputs, **kwargs)
         ids = out.sequences[:, prompt_len:].cpu()                                  # [N, C]
         mask = completion_mask(ids, policy.eos_ids)                                # [N, C]
@@ -75,6 +85,7 @@ class HFRolloutEngine:
         lengths = mask.sum(dim=1)
         ended = torch.isin(ids, torch.tensor(policy.eos_ids)).any(dim=1)
         stats = {"rollout/time_s": time.perf_counter() - t0,
+                 "rollout/prefill_tokens": prefill_tokens,
                  "rollout/tokens": int(lengths.sum()),
                  "rollout/truncated_frac": float((~ended).float().mean()),
                  "rollout/placeholder_scrubbed": scrubbed}
@@ -84,3 +95,25 @@ class HFRolloutEngine:
                         sample_logprobs=sample_logp, texts=texts,
                         branch=plan.tags() if plan else ["clean"] * len(texts),
                         stats=stats)
+
+
+def prefill_once(model: torch.nn.Module, inputs: dict[str, torch.Tensor], kwargs: dict,
+                 n: int) -> tuple[dict[str, torch.Tensor], dict]:
+    """`generate` arguments that sample `n` completions per prompt from one prefill of it.
+
+    The prompts (media included) run once without their last token; the cache is repeated for
+    the `n` members of each prompt, and `generate` gets the token rows repeated the same way
+    with that cache, so it runs only the last prompt token per member before sampling. A model
+    that keeps its M-RoPE offsets from the prefill (`rope_deltas`, Qwen2/2.5-VL) has them
+    repeated likewise.
+    """
+    prefix = {k: v[:, :-1] if k in TOKEN_KEYS else v for k, v in inputs.items()}
+    out = model(**prefix, use_cache=True, logits_to_keep=1)
+    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+    cache.batch_repeat_interleave(n)                                   # [B, ...] -> [B*n, ...]
+    for module in model.modules():
+        deltas = getattr(module, "rope_deltas", None)
+        if torch.is_tensor(deltas):
+            module.rope_deltas = deltas.repeat_interleave(n, dim=0)
+    rows = {k: v.repeat_interleave(n, dim=0) for k, v in inputs.items() if k in TOKEN_KEYS}
+    return rows, {**kwargs, "num_return_sequences": 1, "cache": cache}

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mmrlvr.config import Config, ConfigError
+from mmrlvr.rollout import resolve_backend
 from mmrlvr.train.plan_models import BUILTIN
 
 GiB = 2 ** 30
@@ -225,7 +226,7 @@ def build_rows(d: Dims, cfg: Config, gpus: int, gpu_mem: float) -> list[Row]:
         sharded(f"reference model ({cname})", "held", N * c)
     add("CUDA context, NCCL, allocator slack", "held", RUNTIME)
     cast = T * c if p != c else 0
-    if ro.backend == "vllm":
+    if resolve_backend(ro.backend) == "vllm":
         add(f"vLLM reservation ({ro.vllm_gpu_memory_utilization:g} of the GPU)", "held",
             ro.vllm_gpu_memory_utilization * gpu_mem * GiB)
     else:
@@ -324,7 +325,7 @@ class Plan:
             tips.append("LoRA (model.lora.r=64: only the adapters train)")
         if phase == "update" and tr.micro_batch > 1:
             tips.append(f"a smaller train.micro_batch (now {tr.micro_batch})")
-        if phase == "rollout" and self.cfg.rollout.backend == "hf":
+        if phase == "rollout" and resolve_backend(self.cfg.rollout.backend) == "hf":
             tips.append("fewer rollout sequences per GPU (train.batch_prompts x "
                         "rollout.group_size) or a smaller rollout.max_new_tokens")
         raise ConfigError(
@@ -360,7 +361,7 @@ class Plan:
                f"  GPUs       {self.gpus} x {self.gpu_mem:g} GiB", "",
                line("GiB per GPU", "ddp", "fsdp2", 2)]
         for phase, title in (("held", "held all run"),
-                             ("rollout", f"rollout phase ({self.cfg.rollout.backend})"),
+                             ("rollout", f"rollout phase ({resolve_backend(self.cfg.rollout.backend)})"),
                              ("update", "update phase")):
             out.append(f"  {title}")
             out += [line(r.name, r.ddp, r.fsdp2) for r in self.rows if r.phase == phase]

@@ -13,6 +13,7 @@ With LoRA the frozen base weights are held in the compute dtype and only the ada
 from __future__ import annotations
 
 import contextlib
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 
 from mmrlvr.config import ModelConfig
 from mmrlvr.train.parallel import gathered, pick_device  # noqa: F401  (pick_device: public here too)
-from mmrlvr.core.types import ModalityAdapter, to_device
+from mmrlvr.core.types import ModalityAdapter, PromptBatch, select, to_device
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -249,14 +250,20 @@ class Policy:
         frozen reference); default `forward_model`. `inputs_embeds` replaces the token
         embeddings (PIRL; the ids stay so media placeholders are still found).
         """
+        logits = self.logits(full, n_completion, model, inputs_embeds)
+        return F.log_softmax(logits.float() / temperature, dim=-1)            # [N, C, V]
+
+    def logits(self, full: dict[str, Any], n_completion: int, model: torch.nn.Module | None = None,
+               inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """Raw logits [N, C, V] (compute dtype) at the positions that predict the last
+        `n_completion` tokens of `full` (`training_inputs`)."""
         C = n_completion
         model = model if model is not None else self.forward_model
         extra = {} if inputs_embeds is None else {"inputs_embeds": inputs_embeds}
         with self.autocast():
             out = model(**full, **extra, use_cache=False, logits_to_keep=C + 1)
         # models without `logits_to_keep` (Qwen2-Audio) return every position: keep the last C+1
-        logits = out.logits[:, -(C + 1):-1, :].float() / temperature          # [N, C, V]
-        return F.log_softmax(logits, dim=-1)                                   # [N, C, V]
+        return out.logits[:, -(C + 1):-1, :]
 
     def completion_logprobs(self, inputs: dict[str, torch.Tensor], completion_ids: torch.Tensor,
                             completion_mask: torch.Tensor, temperature: float = 1.0,
@@ -271,14 +278,77 @@ class Policy:
         replaces the media tensors with precomputed features (`shared_media`).
         """
         full = self.training_inputs(inputs, completion_ids, completion_mask, model, media)
-        logp_all = self.vocab_logprobs(full, completion_ids.shape[1], model, temperature)
-        ids = completion_ids.to(self.device).unsqueeze(-1)                     # [N, C, 1]
-        logp = logp_all.gather(-1, ids).squeeze(-1)                            # [N, C]
-        entropy = None
-        if with_entropy:
-            with torch.no_grad():
-                entropy = -(logp_all.exp() * logp_all).sum(-1)                 # [N, C]
-        return logp, entropy
+        logits = self.logits(full, completion_ids.shape[1], model)
+        return token_logprobs(logits, completion_ids.to(self.device), temperature, with_entropy)
+
+    def rollout_logprobs(self, prompts: PromptBatch, prompt_rows: list[int],
+                         completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                         temperature: float = 1.0, with_entropy: bool = False,
+                         model: torch.nn.Module | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`completion_logprobs` of completions whose prompts are rows `prompt_rows` of `prompts`.
+
+        The rows of one prompt (a GRPO group) share it: each distinct prompt, media included,
+        runs through the model once and its completions attend to that key/value cache; the
+        gradients of the copies add up in it, as they would per copy. The same logprobs and
+        gradients as whole rows (tests/test_policy.py), on about (P + C)/(P/G + C) fewer
+        tokens. Under FSDP2 or gradient checkpointing (no cache in a training forward) every
+        row runs whole.
+        """
+        if self.sharded or self._checkpointing() or completion_ids.shape[1] < 2:
+            inputs, _ = select(prompts, prompt_rows)
+            media = self.shared_media(prompts, prompt_rows, model)
+            return self.completion_logprobs(inputs, completion_ids, completion_mask, temperature,
+                                            with_entropy, model, media)
+        with self.autocast():
+            logits = self._shared_prompt_logits(prompts, prompt_rows, completion_ids,
+                                                completion_mask, model)   # [N, C, V]
+        return token_logprobs(logits, completion_ids.to(self.device), temperature, with_entropy)
+
+    def _shared_prompt_logits(self, prompts: PromptBatch, prompt_rows: list[int],
+                              ids: torch.Tensor, mask: torch.Tensor,
+                              model: torch.nn.Module | None) -> torch.Tensor:
+        distinct = list(dict.fromkeys(prompt_rows))                     # U prompts, first-seen
+        where = torch.tensor([distinct.index(r) for r in prompt_rows], device=self.device)   # [N]
+        inputs, _ = select(prompts, prompt_rows)
+        full = self.training_inputs(inputs, ids, mask)                  # positions of whole rows
+        P, C = inputs["input_ids"].shape[1], ids.shape[1]
+        first = [prompt_rows.index(r) for r in distinct]
+        prompt_in, _ = select(prompts, distinct)
+        prompt = to_device(prompt_in, self.device, self.dtype)
+        media = self.shared_media(prompts, distinct, model)
+        if media is not None:
+            prompt = self.adapter.apply_media(model if model is not None else self.base_model(),
+                                              prompt, media)
+        positions = full["position_ids"]
+        if positions is not None:        # [3, N, T] (M-RoPE) or [N, T]
+            prompt["position_ids"] = positions[..., first, :P] if positions.dim() == 3 \
+                else positions[first, :P]
+        # the prompt once per distinct prompt: its cache, and the logits of its last position
+        out = (model if model is not None else self.base_model())(**prompt, use_cache=True,
+                                                                 logits_to_keep=1)
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        cache.batch_select_indices(where)                               # U -> N rows
+        rest = {"input_ids": full["input_ids"][:, P:P + C - 1],
+                "attention_mask": full["attention_mask"][:, :P + C - 1]}
+        if positions is not None:
+            rest["position_ids"] = positions[..., P:P + C - 1]
+        if "mm_token_type_ids" in full:
+            rest["mm_token_type_ids"] = full["mm_token_type_ids"][:, P:P + C - 1]
+        step = (model if model is not None else self.forward_model)(
+            **rest, **{self._cache_kwarg(): cache}, use_cache=True,
+            cache_position=torch.arange(P, P + C - 1, device=self.device))
+        return torch.cat([out.logits[:, -1:][where], step.logits[:, -(C - 1):]], dim=1)
+
+    def _checkpointing(self) -> bool:
+        """Gradient checkpointing on (a training forward then keeps no cache)."""
+        return bool(self.base_model().is_activation_checkpointing)
+
+    def _cache_kwarg(self) -> str:
+        """transformers 5.2x names a forward's cache `cache` (older: `past_key_values`)."""
+        params = inspect.signature(type(self.base_model()).forward).parameters
+        return "cache" if "cache" in params else "past_key_values"
+
 
     def save(self, out_dir: str | Path, main: bool = True) -> Path:
         """Write an HF-loadable model dir (LoRA merged into the weights) with the processor.
@@ -320,3 +390,37 @@ class Policy:
             if "lora_" not in key:
                 state.setdefault(key.replace(".base_layer.", "."), value.detach().cpu())
         return state
+
+
+LOGPROB_CHUNK = 1 << 24
+"""Logit elements (positions × vocabulary) per chunk of `token_logprobs`: 64 MB of fp32."""
+
+
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π(ids) [N, C] from raw logits [N, C, V] at `temperature`, and the entropy [N, C].
+
+    In chunks of positions, each recomputed in the backward (`torch.utils.checkpoint`): only
+    the logits stay for the backward, never their fp32 log-softmax over the whole vocabulary
+    (with a real Qwen vocabulary of 151,936 that was ~20 GB for 16 completions × 2,048 tokens).
+    Per position the arithmetic is that of the whole tensor, so the values are the same.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    N, C, V = logits.shape
+    step = max(1, LOGPROB_CHUNK // max(N * V, 1))
+    logps, entropies = [], []
+    for start in range(0, C, step):
+        part, part_ids = logits[:, start:start + step], ids[:, start:start + step]
+        logps.append(checkpoint(_chosen_logprob, part, part_ids, temperature, use_reentrant=False)
+                     if part.requires_grad else _chosen_logprob(part, part_ids, temperature))
+        if with_entropy:
+            with torch.no_grad():
+                lp = F.log_softmax(part.float() / temperature, dim=-1)             # [N, c, V]
+                entropies.append(-(lp.exp() * lp).sum(-1))                         # [N, c]
+    return torch.cat(logps, dim=1), torch.cat(entropies, dim=1) if with_entropy else None
+
+
+def _chosen_logprob(logits: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
+    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)                 # [N, c, V]
+    return logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)                      # [N, c]

@@ -16,7 +16,6 @@ import torch
 from mmrlvr import objectives as objectives_mod
 from mmrlvr.algo import grpo_loss
 from mmrlvr.core.errors import TrainingError
-from mmrlvr.core.types import select
 from mmrlvr.train import parallel
 from mmrlvr.train.parallel import Dist
 from mmrlvr.train.policy import Policy
@@ -44,12 +43,10 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     micro = [rows[i:i + mb] for i in range(0, len(rows), mb)]
 
     def forward(batch_rows, model=None, **kw):
-        prompt_rows = [r // G for r in batch_rows]
-        inputs, _ = select(rollouts.prompts, prompt_rows)
-        media = policy.shared_media(rollouts.prompts, prompt_rows, model)
         width = max(int(mask[batch_rows].sum(dim=1).max()), 1)                 # trim right padding
-        return policy.completion_logprobs(inputs, ids[batch_rows, :width], mask[batch_rows, :width],
-                                          T, model=model, media=media, **kw), width
+        return policy.rollout_logprobs(rollouts.prompts, [r // G for r in batch_rows],
+                                       ids[batch_rows, :width], mask[batch_rows, :width], T,
+                                       model=model, **kw), width
 
     old, ref = {}, {}
     with torch.no_grad():
@@ -128,12 +125,20 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     out["loss/policy"] = d.all_sum(out.get("loss/policy", 0.0)) / max(cfg.algo.ppo_epochs, 1)
     out["optim/grad_norm"] = grad_norm
     out["update/trained_rows"] = len(rows)
+    out["update/padded_frac"] = padded_fraction(mask, micro)
     if token_count:
         out["policy/entropy"] = entropy_sum / token_count
         if rollouts.sample_logprobs is not None:
             out["rollout/logprob_gap"] = gap_sum / token_count
             out["rollout/logprob_gap_max"] = gap_max
     return out
+
+
+def padded_fraction(mask: torch.Tensor, micro: list[list[int]]) -> float:
+    """Share of the completion positions the micro-batches run that are padding (each
+    micro-batch is as wide as its longest completion)."""
+    run = sum(len(part) * max(int(mask[part].sum(dim=1).max()), 1) for part in micro)
+    return 1.0 - float(sum(mask[part].sum() for part in micro)) / run if run else 0.0
 
 
 def sync_grads(d: Dist, policy: Policy, sync: bool) -> contextlib.AbstractContextManager:

@@ -1,0 +1,200 @@
+"""The vLLM backend's weight names and LoRA merge, without vLLM or a GPU: every parameter of the
+tiny models maps to the checkpoint name transformers writes (and vLLM's own mapper places), known
+names map exactly, wrapper and peft names are stripped, unknown ones fail loudly, a LoRA adapter
+is merged as peft's merge_and_unload merges it, and later syncs send only the trainable weights.
+The unit-by-unit gathering: test_vllm_sync.py; the engine: test_vllm_engine.py."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from mmrlvr.rollout.vllm_sync import checkpoint_name, merge_lora, plain_name, sync_units, unit_key
+
+KINDS = {"qwen2-vl": "qwen2_vl", "qwen2.5-vl": "qwen2_5_vl", "qwen2-audio": "qwen2_audio"}
+
+# vLLM 0.33.0's Qwen2VLForConditionalGeneration / Qwen2_5_VLForConditionalGeneration
+# hf_to_vllm_mapper prefixes (applied in turn); Qwen2AudioForConditionalGeneration has no mapper.
+VLLM_VL_PREFIXES = {"model.language_model.": "language_model.model.", "model.visual.": "visual.",
+                    "lm_head.": "language_model.lm_head.", "model.": "language_model.model."}
+VLLM_MODULE_ROOTS = {"qwen2_vl": ("language_model.model.", "language_model.lm_head.", "visual."),
+                     "qwen2_audio": ("language_model.model.", "language_model.lm_head.",
+                                     "audio_tower.", "multi_modal_projector.")}
+VLLM_MODULE_ROOTS["qwen2_5_vl"] = VLLM_MODULE_ROOTS["qwen2_vl"]
+
+
+def vllm_internal_name(name: str, model_type: str) -> str:
+    if model_type == "qwen2_audio":
+        return name
+    for prefix, new in VLLM_VL_PREFIXES.items():
+        if name.startswith(prefix):
+            name = name.replace(prefix, new, 1)
+    return name
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory):
+    from mmrlvr.tiny import build_tiny
+
+    root = tmp_path_factory.mktemp("vllm-sync")
+    return {kind: Path(build_tiny(kind, root / kind)) for kind in KINDS}
+
+
+def load(path, dtype=torch.float32):
+    from mmrlvr.train.policy import load_model
+
+    torch.manual_seed(0)
+    return load_model(str(path), dtype)
+
+
+def checkpoint_keys(path: Path) -> set[str]:
+    from safetensors import safe_open
+
+    keys = set()
+    for file in path.glob("*.safetensors"):
+        with safe_open(str(file), "pt") as f:
+            keys |= set(f.keys())
+    return keys
+
+
+def synced(model, model_type, dtype=torch.float32, **kw) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for unit in sync_units(model, model_type, dtype, **kw):
+        for name, tensor in unit:
+            assert name not in out, f"{name} sent twice"
+            out[name] = tensor
+    return out
+
+
+def with_lora(model, seed=1, targets=("q_proj", "k_proj", "v_proj", "o_proj", "qkv")):
+    """peft LoRA (scaling alpha/r = 4) with random B, so the merge is not a no-op."""
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=16, target_modules=list(targets)))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    return peft_model
+
+
+# ------------------------------------------------------------------------------- names
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_parameter_maps_to_the_checkpoint_transformers_writes(tiny_dirs, kind):
+    model_type = KINDS[kind]
+    model = load(tiny_dirs[kind])
+    assert model.config.model_type == model_type
+    names = [n for n, _ in model.named_parameters()]
+    mapped = [checkpoint_name(plain_name(n), model_type) for n in names]
+    assert len(set(mapped)) == len(mapped) == len(names)              # no collisions
+    assert set(mapped) == checkpoint_keys(tiny_dirs[kind])            # what vLLM loads from disk
+    # ... and vLLM's own mapper puts each of them under one of its model's modules
+    roots = VLLM_MODULE_ROOTS[model_type]
+    assert all(vllm_internal_name(m, model_type).startswith(roots) for m in mapped)
+    assert synced(model, model_type).keys() == set(mapped)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl"])
+def test_known_vision_language_names_map_exactly(model_type):
+    cases = {
+        "model.language_model.layers.3.self_attn.q_proj.weight":
+            "model.layers.3.self_attn.q_proj.weight",
+        "model.language_model.embed_tokens.weight": "model.embed_tokens.weight",
+        "model.language_model.norm.weight": "model.norm.weight",
+        "model.visual.blocks.1.attn.qkv.bias": "visual.blocks.1.attn.qkv.bias",
+        "model.visual.merger.mlp.0.weight": "visual.merger.mlp.0.weight",
+        "model.visual.patch_embed.proj.weight": "visual.patch_embed.proj.weight",
+        "lm_head.weight": "lm_head.weight",
+        "model.layers.0.mlp.up_proj.weight": "model.layers.0.mlp.up_proj.weight",  # already so
+        "visual.blocks.0.norm1.weight": "visual.blocks.0.norm1.weight",
+    }
+    for name, want in cases.items():
+        assert checkpoint_name(name, model_type) == want
+    assert vllm_internal_name("model.layers.3.self_attn.q_proj.weight", model_type) == \
+        "language_model.model.layers.3.self_attn.q_proj.weight"
+
+
+def test_known_audio_names_map_exactly():
+    cases = {
+        "model.language_model.layers.2.mlp.down_proj.weight":
+            "language_model.model.layers.2.mlp.down_proj.weight",
+        "model.audio_tower.layers.0.self_attn.k_proj.weight":
+            "audio_tower.layers.0.self_attn.k_proj.weight",
+        "model.audio_tower.embed_positions.weight": "audio_tower.embed_positions.weight",
+        "model.multi_modal_projector.linear.bias": "multi_modal_projector.linear.bias",
+        "lm_head.weight": "language_model.lm_head.weight",
+        "language_model.lm_head.weight": "language_model.lm_head.weight",     # transformers 4
+        "audio_tower.conv1.weight": "audio_tower.conv1.weight",
+    }
+    for name, want in cases.items():
+        assert checkpoint_name(name, "qwen2_audio") == want
+
+
+def test_unknown_names_and_families_fail_loudly():
+    with pytest.raises(ValueError, match="no checkpoint name"):
+        checkpoint_name("vision_tower.blocks.0.weight", "qwen2_vl")
+    with pytest.raises(ValueError, match="no checkpoint name"):
+        checkpoint_name("model.visual.blocks.0.norm1.weight", "qwen2_audio")
+    with pytest.raises(ValueError, match="no weight-name mapping for model type 'llava'"):
+        checkpoint_name("model.layers.0.weight", "llava")
+
+
+def test_wrappers_and_peft_names_are_stripped():
+    assert plain_name("base_model.model.model.language_model.layers.0.self_attn.q_proj"
+                      ".base_layer.weight") == \
+        "model.language_model.layers.0.self_attn.q_proj.weight"
+    assert plain_name("base_model.model.model.language_model.layers.0.self_attn.q_proj"
+                      ".lora_A.default.weight") is None
+    assert plain_name("model.language_model.layers._checkpoint_wrapped_module.mlp.up_proj.weight") \
+        == "model.language_model.layers.mlp.up_proj.weight"
+    assert plain_name("_orig_mod.lm_head.weight") == "lm_head.weight"
+    assert plain_name("base_model.model.lm_head.modules_to_save.default.weight") == "lm_head.weight"
+    assert plain_name("base_model.model.lm_head.original_module.weight") is None
+    assert unit_key("base_model.model.model.visual.blocks.1.attn.qkv.lora_B.default.weight") \
+        == "base_model.model.model.visual.blocks.1"
+    assert unit_key("base_model.model.lm_head.base_layer.weight") == \
+        unit_key("base_model.model.lm_head.lora_A.default.weight") == "base_model.model.lm_head"
+    assert unit_key("model.language_model.norm.weight") == "model.language_model.norm"
+
+
+# ------------------------------------------------------------------------------- LoRA
+
+def test_lora_merge_equals_peft_merge_and_unload(tiny_dirs):
+    peft_model = with_lora(load(tiny_dirs["qwen2.5-vl"]))
+    reference = copy.deepcopy(peft_model).merge_and_unload()
+    want = {checkpoint_name(n, "qwen2_5_vl"): p.detach() for n, p in reference.named_parameters()}
+    got = synced(peft_model, "qwen2_5_vl")
+    assert got.keys() == want.keys()
+    for name in want:
+        assert_close(got[name], want[name], rtol=0, atol=1e-6, msg=name)
+    adapted = "model.layers.1.self_attn.v_proj.weight"
+    base = peft_model.base_model.model.model.language_model.layers[1].self_attn.v_proj
+    assert not torch.allclose(got[adapted], base.base_layer.weight)      # the delta is in
+    # merge_lora is W + scaling·B@A (fan_in_fan_out transposes the delta)
+    w, a, b = torch.randn(6, 5), torch.randn(2, 5), torch.randn(6, 2)
+    assert_close(merge_lora(w, [(a, b, 0.5)]), w + 0.5 * b @ a)
+    assert_close(merge_lora(w.T, [(a, b, 0.5)], fan_in_fan_out=True), w.T + 0.5 * (b @ a).T)
+    # an adapter peft already merged into its base is not added twice
+    peft_model.merge_adapter()
+    again = synced(peft_model, "qwen2_5_vl")
+    for name in want:
+        assert_close(again[name], want[name], rtol=0, atol=1e-6, msg=name)
+
+
+def test_later_syncs_send_only_what_training_changes(tiny_dirs):
+    model = load(tiny_dirs["qwen2-vl"])
+    for name, p in model.named_parameters():
+        if ".visual." in f".{name}":
+            p.requires_grad_(False)
+    sent = synced(model, "qwen2_vl", only_trainable=True)
+    assert sent and not any(n.startswith("visual.") for n in sent)
+    assert len(sent) == sum(p.requires_grad for p in model.parameters())
+    peft_model = with_lora(load(tiny_dirs["qwen2-vl"]), targets=("q_proj", "v_proj"))
+    sent = synced(peft_model, "qwen2_vl", only_trainable=True)
+    assert sorted(sent) == sorted(f"model.layers.{i}.self_attn.{m}_proj.weight"
+                                  for i in range(4) for m in ("q", "v"))

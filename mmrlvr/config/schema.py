@@ -72,6 +72,8 @@ class DataConfig:
     """Largest image (width × height) accepted at load; bigger files are bad rows."""
     max_audio_seconds: float = 600.0
     """Longest audio clip accepted at load; longer clips are bad rows."""
+    columns: dict[str, str] = field(default_factory=dict)
+    """Column of each Example field, e.g. {prompt: problem, answer: solution, images: image} (empty: detect TRL/EasyR1/ms-swift layouts)."""
 
 
 @dataclass
@@ -162,6 +164,8 @@ class TrainConfig:
     """Held-out prompts per generate call."""
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Trackers: any of tensorboard, wandb, mlflow, trackio (each optional; metrics.jsonl is always written)."""
     max_skipped_steps: int = 3
     """Stop the run after this many consecutive steps skipped for a non-finite loss or gradient."""
     check_memory: bool = True

@@ -19,7 +19,8 @@ from mmrlvr.data import Example
 from rewards.format import is_well_formatted
 from rewards.verify import extract_answer, match
 
-_THINK_BLOCK = re.compile(r"<\s*think\s*>.*?<\s*/\s*think\s*>", re.IGNORECASE | re.DOTALL)
+_THINK_OPEN = re.compile(r"<\s*think\s*>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"<\s*/\s*think\s*>", re.IGNORECASE)
 _OPEN_ANSWER = re.compile(r"<\s*answer\s*>", re.IGNORECASE)
 _TAG = re.compile(r"<\s*/?\s*(?:think|answer)\s*>", re.IGNORECASE)
 _PREFIX = re.compile(r"^(?:final answer|the answer is|answer)\s*[:\-]?\s*", re.IGNORECASE)
@@ -31,10 +32,10 @@ def lenient_extract(text: str, strict: str | None = None) -> str | None:
     """An answer from a completion whose format may be broken; None when none can be read.
 
     In order: the strict `rewards.verify.extract_answer` result (pass it as `strict` when already
-    computed, so the parse-failure counters see each completion once); the text after a last
-    `<answer>` that is never closed; else, with closed think blocks and stray tags removed, the
-    last non-empty line without an "Answer:" prefix. A completion that is all thinking (an
-    unclosed `<think>`) gives None, and so does anything over `MAX_LENIENT_CHARS`.
+    computed, so each completion is parsed once); the text after a last `<answer>` that is never
+    closed; else, with closed think blocks and stray tags removed, the last non-empty line without
+    an "Answer:" prefix. A completion that is all thinking (an unclosed `<think>`) gives None, and
+    so does anything over `MAX_LENIENT_CHARS`.
     """
     if strict is None:
         strict = extract_answer(text)
@@ -42,8 +43,8 @@ def lenient_extract(text: str, strict: str | None = None) -> str | None:
         return strict
     if not isinstance(text, str) or not text.strip():
         return None
-    body = _THINK_BLOCK.sub("\n", text)
-    if re.search(r"<\s*think\s*>", body, re.IGNORECASE):
+    body = _drop_think_blocks(text)
+    if _THINK_OPEN.search(body):
         return None
     opens = list(_OPEN_ANSWER.finditer(body))
     if opens:
@@ -55,6 +56,22 @@ def lenient_extract(text: str, strict: str | None = None) -> str | None:
     if not candidate or len(candidate) > MAX_LENIENT_CHARS:
         return None
     return candidate
+
+
+def _drop_think_blocks(text: str) -> str:
+    """`text` with each closed think block (an open tag through the first close after it) made a
+    newline, as `re.sub(r"<think>.*?</think>", "\\n", text)` would (tags case-insensitive, spaces
+    allowed), in one scan: that regex retries its lazy search from every open tag, quadratic in a
+    flood of unclosed ones (`"<think>" * 20000`: 21 s)."""
+    parts, pos = [], 0
+    while (start := _THINK_OPEN.search(text, pos)) is not None:
+        end = _THINK_CLOSE.search(text, start.end())
+        if end is None:       # no close after this open, so none after any later open either
+            break
+        parts += [text[pos:start.start()], "\n"]
+        pos = end.end()
+    parts.append(text[pos:])
+    return "".join(parts)
 
 
 class PirlReward:

@@ -191,9 +191,7 @@ def _run(tmp_path, tiny_vl, data, name, config, overrides=()):
 
 def _step(run):
     from mmrlvr.train.trainer import grpo_step
-    from rewards.verify import reset_stats
 
-    reset_stats()                      # parse-failure counters are process-wide
     metrics = grpo_step(run, 1)
     return {k: v for k, v in metrics.items() if not k.startswith(("time/", "perf/"))}
 

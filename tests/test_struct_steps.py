@@ -28,7 +28,6 @@ from rewards.struct_steps import (
     split_steps,
     token_f1,
 )
-from rewards.verify import reset_stats
 
 # ----------------------------------------------------------------------------- segmentation
 
@@ -290,9 +289,6 @@ def _stable(run_dir: Path) -> list[dict]:
 def _train(path: Path) -> None:
     from mmrlvr.train.trainer import train
 
-    # the verifier's counters are process-wide and feed step 1's verify/parse_fail_rate: start
-    # each run from zero, as a fresh process would
-    reset_stats()
     train(load_config(path), progress=False)
 
 

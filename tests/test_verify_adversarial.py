@@ -1,10 +1,11 @@
-"""Degenerate completions: extraction, matching and the accuracy reward stay bounded.
+"""Degenerate completions: extraction, matching and the accuracy, format and pirl rewards stay bounded.
 
 Each call must finish well under ``BOUND_S`` (the target is < 50 ms; ``python bench/verify.py
 --adversarial`` prints the figures) and fail closed: no match for garbage, ``too_complex``
 where a size bound cut the check short, the exact answer where a legitimate one is inside.
 Before the bounds, nested ``\\boxed{`` cost cubic time (800 levels: 65 s of CPU) and a run
-of 20,000 spaces before an "or" 27 s.
+of 20,000 spaces before an "or" 27 s; in the format and pirl rewards, 20,000 ``<think>`` 21 s and
+3,000 ``</think>\\boxed{`` 58 s.
 """
 
 import random
@@ -15,6 +16,8 @@ import pytest
 from mmrlvr.data import Example
 from rewards import verify
 from rewards.accuracy import AccuracyReward
+from rewards.format import FormatReward
+from rewards.pirl import PirlReward
 from rewards.verify import TOO_COMPLEX, extract_outcome, match_outcome
 
 BOUND_S = 1.0  # generous for a slow shared CI machine; the measured worst is ~50 ms
@@ -162,22 +165,20 @@ def test_match_is_bounded(name):
     assert _timed(match_outcome, answer, gold) == verdict
 
 
-def test_too_complex_is_counted_once_per_call():
-    verify.reset_stats()
-    extract_outcome(_boxes(800))
-    match_outcome("10^{10^{10^{10}}}", "10")
-    match_outcome("42", "42")
-    s = verify.stats()
-    assert s["too_complex"] == 2
-    assert s["extract_calls"] == 1 and s["extract_none"] == 1 and s["match_calls"] == 2
+def test_each_call_returns_its_own_outcome():
+    # no process-wide counters: a caller learns "too complex" from the call it made
+    assert extract_outcome(_boxes(800)) == (None, TOO_COMPLEX)
+    assert match_outcome("10^{10^{10^{10}}}", "10") == TOO_COMPLEX
+    assert match_outcome("42", "42") == "match"
+    assert extract_outcome("<answer>42</answer>") == ("42", "answer")
 
 
 @pytest.mark.parametrize("gold", [None, "", "   ", "$$", "\\boxed{}"])
 def test_missing_gold_fails_closed(gold):
-    verify.reset_stats()
     assert _timed(match_outcome, "3", gold) == "no_match"
     assert verify.match("3", gold) is False
-    assert verify.stats()["gold_missing"] == 2
+    with pytest.raises(ValueError):  # how loading learns of it: the row is refused
+        verify.detect_kind(gold)
 
 
 def test_too_complex_gold_fails_closed():
@@ -212,3 +213,70 @@ def test_accuracy_reward_flags_too_complex():
 def test_accuracy_reward_with_empty_gold_scores_zero(gold):
     scores = AccuracyReward().score(Example(id="q", prompt="", answer=gold), ["<answer>3</answer>"])
     assert scores == [{"overall": 0.0, "parsed": 1.0, "too_complex": 0.0}]
+
+
+# ---------------------------------------------------------------------------
+# the format and pirl rewards: tag floods are read in linear time
+# ---------------------------------------------------------------------------
+
+
+def _flood(tag: str, n: int = 1 << 20) -> str:
+    return (tag * (n // len(tag) + 1))[:n]
+
+
+# completion -> (format's overall, pirl's overall and correct at progress 0), against gold "1"
+TAG_FLOOD_CASES = {
+    "20,000 <think> (pirl: formerly 21 s)": ("<think>" * 20_000, 0.0, 0.0, 0.0),
+    "8,000 \\boxed{ after a think block (format: formerly 0.13 s)":
+        ("<think>a</think>" + "\\boxed{" * 8000, 0.0, 0.0, 0.0),
+    "8,000 </think><answer>b</answer>x (format: formerly 11 s)":
+        ("<think>a" + "</think><answer>b</answer>x" * 8000, 0.0, 0.0, 0.0),
+    "3,000 </think>\\boxed{ (format: formerly 58 s)": ("<think>a" + "</think>\\boxed{" * 3000, 0.0, 0.0, 0.0),
+    "10,000 </think>, then the answer":
+        ("<think>a" + "</think>" * 10_000 + "<answer>1</answer>", 1.0, 1.0, 1.0),
+    "10,000 \\boxed{, then one closing brace":
+        ("<think>a</think>" + "\\boxed{" * 10_000 + "1}", 1.0, 0.0, 0.0),
+    "1 MB <think>": (_flood("<think>"), 0.0, 0.0, 0.0),
+    "1 MB </think>": ("<think>a" + _flood("</think>"), 0.0, 0.0, 0.0),
+    "1 MB <answer>": ("<think>a</think>" + _flood("<answer>"), 0.0, 0.0, 0.0),
+    "1 MB </answer>": ("<think>a</think><answer>" + _flood("</answer>"), 0.0, 0.0, 0.0),
+    "1 MB \\boxed{": ("<think>a</think>" + _flood("\\boxed{"), 0.0, 0.0, 0.0),
+    "1 MB of spaced think blocks": (_flood("< think >a< / think >"), 0.0, 0.0, 0.0),
+}
+
+
+@pytest.mark.parametrize("name", TAG_FLOOD_CASES)
+def test_format_and_pirl_rewards_are_bounded(name):
+    text, formatted, overall, correct = TAG_FLOOD_CASES[name]
+    example = Example(id="q", prompt="", answer="1")
+    assert _timed(FormatReward().score, example, [text]) == [{"overall": formatted}]
+    (pirl,) = _timed(PirlReward().score, example, [text])
+    assert (pirl["overall"], pirl["correct"], pirl["format"]) == (overall, correct, formatted)
+
+
+# (completion, formatted, formatted with allow_boxed=False): what the regexes this scan replaced
+# answered, so ordinary completions score as before
+FORMAT_HAND_CASES = [
+    ("<think>x</think><answer>4</answer>", True, True),
+    ("  <think>x</think>\n<answer> 4 </answer>\n", True, True),
+    ("<think>x</think><answer></answer>", False, False),
+    ("<think> </think><answer>4</answer>", False, False),
+    ("<answer>4</answer>", False, False),
+    ("<think>x</think><answer>4</answer> and more", False, False),
+    ("<think>x</think><answer>4</answer><answer>5</answer>", False, False),
+    ("<think>x</think><think>y</think><answer>4</answer>", False, False),
+    ("<think>x</think> first </think><answer>4</answer>", True, True),
+    ("<think>x</think> so the answer is \\boxed{4}", True, False),
+    ("<think>x</think>\\boxed{4}.", False, False),
+    ("<think>x</think>\\boxed{}", False, False),
+    ("<think>x</think>\\boxed{\\frac{1}{2}}  \n", True, False),
+    ("<think></think>\\boxed{4}", False, False),
+    ("<THINK>x</THINK><answer>4</answer>", False, False),
+]
+
+
+@pytest.mark.parametrize("text, formatted, formatted_unboxed", FORMAT_HAND_CASES)
+def test_format_reads_ordinary_completions_as_before(text, formatted, formatted_unboxed):
+    example = Example(id="q", prompt="", answer="4")
+    assert FormatReward().score(example, [text]) == [{"overall": float(formatted)}]
+    assert FormatReward(allow_boxed=False).score(example, [text]) == [{"overall": float(formatted_unboxed)}]

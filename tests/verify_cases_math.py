@@ -1,93 +1,13 @@
-"""Metamorphic cases for ``rewards.verify``: rewrites and near misses by construction.
-
-Shared by ``tests/test_verify_metamorphic.py`` and ``bench/verify.py``.
-
-Every generated :class:`Case` is a (gold, prediction) pair whose expected
-verdict is known *by construction*: a *rewrite* is the gold answer changed in a
-meaning-preserving way (must be accepted), a *near miss* is a different answer
-close to the gold (must be rejected).  Cases come per answer family (``FAMILIES``)
-and carry the name of the rewrite / near-miss kind, so a failure names both.
-
-    >>> cases = generate_cases(n_per_family=5, seed=0)
-    >>> {c.family for c in cases} == set(FAMILIES)
-    True
-"""
+"""Case generators, part 1: the number and formula families (integer, decimal, fraction,
+percent, expression, interval_set).  Imported by ``verify_cases.generate_cases``."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from fractions import Fraction
 from math import gcd
 
-__all__ = [
-    "COMPLETION_STYLES",
-    "FAMILIES",
-    "Case",
-    "generate_cases",
-    "wrap_completion",
-]
-
-FAMILIES = (
-    "integer",
-    "decimal",
-    "fraction",
-    "percent",
-    "expression",
-    "interval_set",
-    "choice",
-    "yesno",
-    "text",
-)
-
-#: Families whose checks must never touch sympy (the fast path).
-FAST_FAMILIES = ("integer", "decimal", "fraction", "percent", "choice", "yesno", "text")
-
-
-@dataclass(frozen=True)
-class Case:
-    family: str
-    kind: str  # name of the rewrite or of the near miss
-    gold: str
-    pred: str
-    expect: bool  # True: rewrite (accept); False: near miss (reject)
-    choices: tuple | None = None
-
-    @property
-    def group(self) -> str:
-        """``family/rewrite/kind`` or ``family/near/kind``."""
-        return f"{self.family}/{'rewrite' if self.expect else 'near'}/{self.kind}"
-
-
-# ---------------------------------------------------------------------------
-# generic rewrites (apply to any answer string)
-# ---------------------------------------------------------------------------
-
-GENERIC_REWRITES = {
-    "identity": lambda s: s,
-    "whitespace": lambda s: f"  {s} \t ",
-    "trailing_period": lambda s: f"{s}.",
-    "trailing_newline": lambda s: f"{s}\n",
-    "dollar": lambda s: f"${s}$",
-    "double_dollar": lambda s: f"$${s}$$",
-    "latex_paren": lambda s: f"\\({s}\\)",
-    "latex_bracket": lambda s: f"\\[{s}\\]",
-    "boxed": lambda s: f"\\boxed{{{s}}}",
-    "boxed_in_dollars_period": lambda s: f"$\\boxed{{{s}}}$.\n",
-}
-#: wrappers that only make sense around non-formula answers
-TEXTISH_REWRITES = {
-    "text_wrap": lambda s: f"\\text{{{s}}}",
-    "markdown_bold": lambda s: f"**{s}**",
-}
-
-
-def _generic(s: str, textish: bool = False):
-    out = [(k, f(s)) for k, f in GENERIC_REWRITES.items()]
-    if textish:
-        out += [(k, f(s)) for k, f in TEXTISH_REWRITES.items()]
-    return out
-
+from verify_cases_text import rewrites
 
 # ---------------------------------------------------------------------------
 # numbers
@@ -111,7 +31,7 @@ def _int_item(rng: random.Random, i: int):
     gold = str(v)
     sign = "-" if v < 0 else ""
     digits = str(abs(v))
-    rw = _generic(gold, textish=True)
+    rw = rewrites(gold, textish=True)
     if abs(v) >= 1000:
         rw += [
             ("thousands_comma", sign + _group3(digits, ",")),
@@ -166,7 +86,7 @@ def _dec_item(rng: random.Random, i: int):
         x = -x
     gold = _fmt_dec(x, places)
     ulp = Fraction(1, 10**places)
-    rw = _generic(gold, textish=True) + [
+    rw = rewrites(gold, textish=True) + [
         ("trailing_zero", gold + "0"),
         ("trailing_zeros", gold + "000"),
         ("frac_exact", ("-" if x < 0 else "") + f"\\frac{{{abs(x).numerator}}}{{{x.denominator}}}"),
@@ -212,7 +132,7 @@ def _frac_item(rng: random.Random, i: int):
     s = "-" if neg else ""
     v = Fraction(-p if neg else p, q)
     gold = f"{s}\\frac{{{p}}}{{{q}}}"
-    rw = _generic(gold) + [
+    rw = rewrites(gold) + [
         ("dfrac", f"{s}\\dfrac{{{p}}}{{{q}}}"),
         ("tfrac", f"{s}\\tfrac{{{p}}}{{{q}}}"),
         ("slash", f"{s}{p}/{q}"),
@@ -253,7 +173,7 @@ def _percent_item(rng: random.Random, i: int):
     else:
         p = f"{rng.randint(0, 99)}.{rng.randint(1, 9)}"
     gold = f"{p}\\%"
-    rw = _generic(gold, textish=False) + [
+    rw = rewrites(gold, textish=False) + [
         ("plain_percent", f"{p}%"),
         ("percent_space", f"{p} %"),
         ("bare_number", p),
@@ -410,7 +330,7 @@ def _expr_item(rng: random.Random, i: int):
         ]
         if n**2 != 2**n:  # 2^4 == 4^2 is not a near miss
             near.append(("swapped", f"{n}^{{2}}"))
-    rw = _generic(gold) + rw
+    rw = rewrites(gold) + rw
     return gold, None, rw, near
 
 
@@ -492,210 +412,15 @@ def _interval_item(rng: random.Random, i: int):
             ("one_ray_only", f"(-\\infty, {a})"),
             ("cap_not_cup", f"(-\\infty, {a}) \\cap ({b}, \\infty)"),
         ]
-    rw = _generic(gold) + rw
+    rw = rewrites(gold) + rw
     return gold, None, rw, near
 
 
-# ---------------------------------------------------------------------------
-# multiple choice, yes/no, free text
-# ---------------------------------------------------------------------------
-
-
-def _words(s: str) -> list:
-    return s.split()
-
-
-_WORDS = _words(
-    "mitochondria chloroplast ribosome nucleus vacuole osmosis diffusion photosynthesis "
-    "respiration fermentation glucose protein enzyme hormone neuron synapse gravity friction "
-    "momentum inertia velocity acceleration voltage current resistance magnetism refraction "
-    "reflection absorption granite basalt limestone marble Paris London Berlin Madrid Rome "
-    "Vienna Lisbon Dublin Oslo Athens Warsaw Prague"
-)
-
-
-def _choice_item(rng: random.Random, i: int):
-    n = 4 + i % 3
-    texts = rng.sample(_WORDS, n)
-    if i % 2:
-        texts = [f"{t} {rng.choice(('layer', 'cell', 'field', 'city'))}" for t in texts]
-    idx = rng.randrange(n)
-    gl = chr(65 + idx)
-    other = (idx + 1 + rng.randrange(n - 1)) % n
-    ol = chr(65 + other)
-    gold = gl
-    text, otext = texts[idx], texts[other]
-    with_choices = i % 3 != 0
-    choices = tuple(texts) if with_choices else None
-    rw = _generic(gl, textish=True) + [
-        ("paren", f"({gl})"),
-        ("period", f"{gl}."),
-        ("rparen", f"{gl})"),
-        ("option", f"Option {gl}"),
-        ("option_lower", f"option {gl.lower()}"),
-        ("markdown_bold_paren", f"**({gl})**"),
-        ("lowercase", gl.lower()),
-        ("letter_colon_text", f"{gl}: {text}"),
-        ("paren_letter_text", f"({gl}) {text}"),
-        ("boxed_paren", f"\\boxed{{({gl})}}"),
-    ]
-    near = [
-        ("other_letter", ol),
-        ("other_paren", f"({ol})"),
-        ("other_period", f"{ol}."),
-        ("other_option", f"Option {ol}"),
-        ("other_lowercase", ol.lower()),
-        ("other_bold", f"**{ol}**"),
-        ("other_colon_text", f"{ol}: {otext}"),
-        ("two_letters", f"{gl} or {ol}"),
-        ("letter_list", f"{gl}, {ol}"),
-    ]
-    if with_choices:
-        rw += [
-            ("option_text", text),
-            ("option_text_upper", text.upper()),
-            ("option_text_period", f"{text}."),
-            ("option_text_the", f"the {text}"),
-        ]
-        near += [
-            ("other_option_text", otext),
-            ("letter_with_other_text", f"{gl}: {otext}"),
-        ]
-    return gold, choices, rw, near
-
-
-def _yesno_item(rng: random.Random, i: int):
-    yes = i % 2 == 0
-    w, o = ("yes", "no") if yes else ("no", "yes")
-    gold = (w, w.capitalize(), w.upper())[i % 3]
-    rw = _generic(gold, textish=True) + [
-        ("lower", w),
-        ("upper", w.upper()),
-        ("title", w.capitalize()),
-        ("exclamation", w.capitalize() + "!"),
-        ("bold_period", f"**{w.capitalize()}.**"),
-        ("quoted", f'"{w}"'),
-    ]
-    near = [
-        ("opposite", o),
-        ("opposite_title", o.capitalize()),
-        ("opposite_period", o + "."),
-        ("opposite_boxed", f"\\boxed{{{o}}}"),
-        ("opposite_bold", f"**{o.upper()}**"),
-        ("maybe", "maybe"),
-        ("both", f"{w} or {o}"),
-    ]
-    return gold, None, rw, near
-
-
-_PHRASES = (
-    "Eiffel Tower",
-    "Marie Curie",
-    "photosynthesis",
-    "Pacific Ocean",
-    "Leonardo da Vinci",
-    "carbon dioxide",
-    "Isaac Newton",
-    "Great Wall of China",
-    "mitochondria",
-    "Mount Everest",
-    "Albert Einstein",
-    "Amazon River",
-    "blue whale",
-    "Charles Darwin",
-    "New York City",
-    "Roman Empire",
-    "water vapor",
-    "South Africa",
-    "red blood cells",
-    "Jupiter",
-    "Thomas Edison",
-    "Sahara Desert",
-    "Mona Lisa",
-    "Ada Lovelace",
-    "ozone layer",
-)
-
-
-def _text_item(rng: random.Random, i: int):
-    p = _PHRASES[i % len(_PHRASES)]
-    article = i % 2 == 0 and p[0].isupper() and " " in p
-    gold = f"the {p}" if article else p
-    words = p.split()
-    rw = _generic(gold, textish=True) + [
-        ("lower", gold.lower()),
-        ("upper", gold.upper()),
-        ("title", gold.title()),
-        ("article_toggled", p if article else f"the {p}"),
-        ("article_a", f"a {p}"),
-        ("exclamation", gold + "!"),
-        ("inner_double_space", gold.replace(" ", "  ")),
-        ("quoted", f'"{gold}"'),
-        ("trailing_comma", gold + ","),
-    ]
-    near = [
-        ("other_phrase", _PHRASES[(i + 1 + rng.randrange(len(_PHRASES) - 1)) % len(_PHRASES)]),
-        ("superstring", f"{gold} museum"),
-        ("typo", gold[:-1] + ("x" if gold[-1] != "x" else "y")),
-        ("plural", gold + "s"),
-        ("negated", f"not {gold}"),
-    ]
-    if len(words) > 1:
-        near.append(("prefix_substring", words[0]))
-        near.append(("suffix_substring", words[-1]))
-    else:
-        near.append(("prefix_substring", p[: max(3, len(p) // 2)]))
-    return gold, None, rw, near
-
-
-_GENERATORS = {
+GENERATORS = {
     "integer": _int_item,
     "decimal": _dec_item,
     "fraction": _frac_item,
     "percent": _percent_item,
     "expression": _expr_item,
     "interval_set": _interval_item,
-    "choice": _choice_item,
-    "yesno": _yesno_item,
-    "text": _text_item,
 }
-
-
-def generate_cases(n_per_family: int = 20, seed: int = 0, families=None) -> list:
-    """``n_per_family`` gold answers per family, each with all its rewrites and
-    near misses.  Deterministic for a given seed.  For ``integer``, item ``i``
-    has magnitude ``10**(i % 31)``, so ``n_per_family >= 31`` covers 10^0..10^30.
-    """
-    out = []
-    for fam in families or FAMILIES:
-        rng = random.Random(f"{seed}:{fam}")
-        gen = _GENERATORS[fam]
-        for i in range(n_per_family):
-            gold, choices, rw, near = gen(rng, i)
-            for k, pred in rw:
-                out.append(Case(fam, k, gold, pred, True, choices))
-            for k, pred in near:
-                if pred.strip() == gold.strip():  # pragma: no cover - construction guard
-                    continue
-                out.append(Case(fam, k, gold, pred, False, choices))
-    return out
-
-
-# ---------------------------------------------------------------------------
-# completions (for extraction)
-# ---------------------------------------------------------------------------
-
-COMPLETION_STYLES = {
-    "answer_tag": lambda p: f"<answer>{p}</answer>",
-    "think_answer_tag": lambda p: (
-        "<think>Let me work through it. Maybe the answer is 7? No, check again."
-        f"</think>\n<answer>{p}</answer>"
-    ),
-    "boxed_sentence": lambda p: f"Step 1: simplify.\nSo the result is $\\boxed{{{p}}}$.",
-    "answer_is": lambda p: f"We reason step by step.\nThe answer is {p}.",
-}
-
-
-def wrap_completion(pred: str, style: str) -> str:
-    """A model completion whose final answer is ``pred``, in ``style``."""
-    return COMPLETION_STYLES[style](pred)

@@ -185,6 +185,18 @@ def cmd_stress(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from mmrlvr.compare import CompareError, run
+
+    try:
+        print(run(args.runs, args.arm or [], step=args.step, n_boot=args.bootstrap,
+                  seed=args.seed, json_out=args.json, plot_out=args.plot))
+    except CompareError as err:
+        print(f"mmrlvr compare: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from mmrlvr.train.plan import cmd_plan as run_plan
 
@@ -324,6 +336,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--min-pixels", type=int, help="default: the run's, else 56*56")
     r.add_argument("--max-pixels", type=int, help="default: the run's, else 112*112")
     r.set_defaults(fn=cmd_stress)
+
+    c = sub.add_parser("compare", help="paired comparison of runs on the same held-out questions",
+                       description="Per eval set: each arm's accuracy, its paired difference to the "
+                       "first arm (the baseline) with a 95%% bootstrap interval, exact McNemar p, "
+                       "and the graded reward's difference where the evals scored one.")
+    c.add_argument("runs", nargs="*", metavar="RUN",
+                   help="run dirs (their last eval) or `mmrlvr eval --out` files; one arm each")
+    c.add_argument("--arm", action="append", metavar="NAME=RUN,RUN,...",
+                   help="an arm of several seeds (repeatable); arms follow the RUN arguments")
+    c.add_argument("--step", type=int, help="compare the evals at this step (default: each run's last)")
+    c.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples [2000]")
+    c.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    c.add_argument("--json", help="also write the figures as JSON here")
+    c.add_argument("--plot", help="also draw the differences with their intervals (PNG)")
+    c.set_defaults(fn=cmd_compare)
 
     pl = sub.add_parser("plan", help="per-GPU memory of a config and whether it fits, before "
                         "loading any weights")

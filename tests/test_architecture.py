@@ -6,7 +6,7 @@ Layers, bottom up:
     1  mmrlvr.core, mmrlvr.config, mmrlvr.data, mmrlvr.patches   types, protocols, registry, data
     2  modalities, rewards                                         adapters and rewards
     3  mmrlvr.train, mmrlvr.rollout, mmrlvr.algo, mmrlvr.objectives  the training core
-    4  mmrlvr.stress, mmrlvr.tiny, mmrlvr.tasks, mmrlvr.translate  tools
+    4  mmrlvr.stress, mmrlvr.tiny, mmrlvr.tasks, mmrlvr.translate, mmrlvr.compare   tools
     5  mmrlvr.cli, apps                                            entry points
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ LAYERS = {
     "modalities": 2, "rewards": 2,
     "mmrlvr.train": 3, "mmrlvr.rollout": 3, "mmrlvr.algo": 3, "mmrlvr.objectives": 3,
     "mmrlvr.stress": 4, "mmrlvr.tiny": 4, "mmrlvr.tasks": 4, "mmrlvr.translate": 4,
+    "mmrlvr.compare": 4,
     "mmrlvr.cli": 5, "apps": 5,
 }
 CORE_MAY_IMPORT = {"modalities", "rewards", "rewards.verify"}

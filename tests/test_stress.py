@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from mmrlvr.data import Example, load_jsonl
-from mmrlvr.stress.run import mcnemar_exact, paired_metrics, run_stress, summarize, write_report
+from mmrlvr.core.stats import mcnemar_exact
+from mmrlvr.stress.run import paired_metrics, run_stress, summarize, write_report
 from mmrlvr.stress import OPERATORS, apply, gold_index
 from mmrlvr.stress.ops import FORMAT_INSTRUCTIONS, PARAPHRASES, gold_preserved, paraphrase
 from mmrlvr.core.templates import HELDOUT_TEMPLATES, split_options

@@ -72,6 +72,10 @@ def test_train_writes_a_complete_run_dir(tmp_path, tiny_vl, shapes_dir):
         assert all(key in r for r in rows[1:]), key
     assert rows[2]["rollout/logprob_gap"] < 1e-3     # same weights sample and recompute
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[-1]
+    for step, row in ((0, rows[0]), (4, rows[-1])):    # each question's outcome, for `compare`
+        records = [json.loads(ln) for ln in (run / "eval" / f"step-{step}.jsonl").read_text().splitlines()]
+        assert len(records) == 8 and len({r["id"] for r in records}) == 8
+        assert sum(r["correct"] for r in records) / 8 == row["eval/accuracy"]
     assert list(run.glob("tb/events.out.tfevents.*"))
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2", "step-4"]
     assert (run / "checkpoints" / "step-4" / MARKER).is_file()

@@ -19,7 +19,6 @@ and `stress.png`.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from mmrlvr.data import Example
 from mmrlvr.rollout.base import SamplingParams
 from mmrlvr.stress import OPERATORS, apply
 from mmrlvr.core.templates import HELDOUT_TEMPLATES
+from mmrlvr.core.stats import mcnemar_exact
 from rewards.verify import detect_kind, extract_answer, match
 
 KINDS = ("text", "image", "audio", "task")
@@ -98,15 +98,6 @@ def run_stress(policy, engine, examples: list[Example], ops: list[str], *, forma
     bar.close()
     records.sort(key=lambda r: (r["row"], -1 if r["op"] == "clean" else list(OPERATORS).index(r["op"])))
     return records
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value: binomial test of b vs c discordant pairs at 1/2."""
-    n = b + c
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
 
 
 def paired_metrics(clean: list[bool], other: list[bool], n_boot: int = 1000, seed: int = 0

@@ -10,7 +10,9 @@ evaluated.
 """
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -104,7 +106,33 @@ def aggregate(records: list[dict[str, Any]], samples: int = 0,
     for kind, hits in sorted(type_hits.items()):
         result[f"answer_type/{kind}"] = sum(hits) / len(hits)
     if keep_predictions:
-        result["predictions"] = [{"id": r["id"], "prompt": r["prompt"], "gold": r["gold"],
-                                  "completion": r["completion"], "correct": bool(r["correct"])}
-                                 for r in records]
+        result["predictions"] = [question_record(r) for r in records]
     return result
+
+
+def question_record(r: dict[str, Any]) -> dict[str, Any]:
+    """One question's eval outcome as written to disk (what `mmrlvr compare` pairs by id)."""
+    out = {"id": r["id"], "prompt": r["prompt"], "gold": r["gold"], "completion": r["completion"],
+           "correct": bool(r["correct"]), "family": r["family"]}
+    if "passed" in r:
+        out["passed"] = bool(r["passed"])
+    out.update(r["graded"])                        # `reward` and `reward/<part>`, where scored
+    return out
+
+
+def evaluate_ranks(dist, policy, engine, examples: list[Example], **options: Any
+                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`evaluate` spread over the processes: each rank scores its share of `examples`, rank 0
+    gets (figures, per-question records in example order); other ranks get ({}, [])."""
+    records = score_examples(policy, engine, examples[dist.rank::dist.world], **options)
+    parts = dist.gather(records)
+    if not dist.main:
+        return {}, []
+    ordered = [r for i in range(len(examples)) for r in [parts[i % dist.world][i // dist.world]]]
+    return aggregate(ordered, samples=options.get("samples", 0)), ordered
+
+
+def write_records(path: Path, records: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(question_record(r), ensure_ascii=False) + "\n"
+                            for r in records), encoding="utf-8")

@@ -28,7 +28,7 @@ import torch
 
 from mmrlvr.config import Config, check_model_path, save_config
 from mmrlvr.data import DataError, Example, LoadReport, load_split
-from mmrlvr.train.evaluate import aggregate, score_examples
+from mmrlvr.train.evaluate import evaluate_ranks, write_records
 from mmrlvr.train.logger import RunLogger
 from mmrlvr.rollout import make_engine
 from mmrlvr.train.sampler import PromptSampler
@@ -140,22 +140,21 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
     logger = RunLogger(out_dir, enabled=d.main)
     sampler = PromptSampler(len(data), cfg.train.seed)
 
-    def run_eval() -> dict[str, float]:
-        records = score_examples(policy, engine, eval_data[d.rank::d.world],
-                                 max_new_tokens=cfg.rollout.max_new_tokens,
-                                 batch_size=cfg.train.eval_batch,
-                                 system_prompt=cfg.data.system_prompt,
-                                 format_prompt=cfg.data.format_prompt,
-                                 reward=build_combined(cfg.eval_rewards or cfg.rewards)
-                                 if cfg.train.eval_reward else None)
-        gathered = [r for part in d.gather(records) for r in part]
-        return {f"eval/{k}": v for k, v in aggregate(gathered).items()} if d.main else {}
+    def run_eval(step: int) -> dict[str, float]:
+        result, records = evaluate_ranks(
+            d, policy, engine, eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
+            batch_size=cfg.train.eval_batch, system_prompt=cfg.data.system_prompt,
+            format_prompt=cfg.data.format_prompt,
+            reward=build_combined(cfg.eval_rewards or cfg.rewards) if cfg.train.eval_reward else None)
+        if d.main:
+            write_records(out_dir / "eval" / f"step-{step}.jsonl", records)
+        return {f"eval/{k}": v for k, v in result.items()}
 
     summary: dict[str, Any] = {"steps": cfg.sft.steps, "model": cfg.sft.init or cfg.model.path,
                                "train_rows": len(data), "world_size": d.world,
                                "strategy": d.strategy}
     if eval_data:
-        first = run_eval()
+        first = run_eval(0)
         logger.log(0, first)
         if d.main:
             summary["accuracy_start"] = first["eval/accuracy"]
@@ -194,7 +193,7 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
         sched.step()
         metrics = {"sft/loss": loss_sum, "optim/grad_norm": grad_norm, "optim/lr": sched.get_last_lr()[0]}
         if step == cfg.sft.steps and eval_data:
-            metrics.update(run_eval())
+            metrics.update(run_eval(step))
         logger.log(step, metrics)
         bar.set_postfix(loss=f"{loss_sum:.3f}")
     logger.close()

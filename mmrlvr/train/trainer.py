@@ -33,7 +33,7 @@ from mmrlvr.rollout import SamplingParams
 from mmrlvr.rollout.branching import branch_metrics
 from mmrlvr.train import parallel
 from mmrlvr.train.checkpoint import rng_state, save_checkpoint, sharded_state
-from mmrlvr.train.evaluate import aggregate, score_examples
+from mmrlvr.train.evaluate import evaluate_ranks, write_records
 from mmrlvr.train.logger import RunLogger, read_metrics
 from mmrlvr.train.parallel import Dist
 from mmrlvr.train.report import write_report
@@ -127,25 +127,23 @@ def mean_over_ranks(d: Dist, metrics: dict[str, Any]) -> dict[str, Any]:
     return {**{key: float(np.mean(values)) for key, values in merged.items()}, **texts}
 
 
-def run_eval(run: Run, progress: bool = False) -> dict[str, float]:
-    """Held-out figures; every rank scores its share, rank 0 gets the figures ({} elsewhere)."""
-    cfg, d = run.cfg, run.dist
+def run_eval(run: Run, step: int, progress: bool = False) -> dict[str, float]:
+    """Held-out figures; every rank scores its share, rank 0 gets the figures ({} elsewhere) and
+    writes each question's outcome to `eval/step-N.jsonl` (what `mmrlvr compare` pairs)."""
+    cfg = run.cfg
     # eval samples (pass@k) come from the clean model: branching shapes exploration only
     engine = run.engine.without_branching()
     run.engine.wake_up()
-    records = score_examples(run.policy, engine, run.eval_data[d.rank::d.world],
-                             max_new_tokens=cfg.rollout.max_new_tokens,
-                             batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
-                             temperature=cfg.rollout.temperature,
-                             system_prompt=cfg.data.system_prompt,
-                             format_prompt=cfg.data.format_prompt, progress=progress and d.main,
-                             reward=build_combined(cfg.eval_rewards or cfg.rewards)
-                             if cfg.train.eval_reward else None)
+    result, records = evaluate_ranks(
+        run.dist, run.policy, engine, run.eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
+        batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
+        temperature=cfg.rollout.temperature, system_prompt=cfg.data.system_prompt,
+        format_prompt=cfg.data.format_prompt, progress=progress and run.dist.main,
+        reward=build_combined(cfg.eval_rewards or cfg.rewards) if cfg.train.eval_reward else None)
     run.engine.sleep()
-    gathered = [r for part in d.gather(records) for r in part]
-    if not d.main:
+    if not run.dist.main:
         return {}
-    result = aggregate(gathered, samples=cfg.train.eval_samples)
+    write_records(run.run_dir / "eval" / f"step-{step}.jsonl", records)
     return {f"eval/{k}": v for k, v in result.items()}
 
 
@@ -172,7 +170,7 @@ def _train(run: Run, start_step: int, resume: bool, progress: bool) -> dict[str,
     # the run's shape goes in its first metrics row: step 0 where eval runs first, else step 1
     first = {"run/world_size": d.world, "run/strategy": d.strategy} if start_step == 0 else {}
     if run.eval_data and start_step == 0:
-        logger.log(0, {**first, **run_eval(run, progress)})
+        logger.log(0, {**first, **run_eval(run, 0, progress)})
         first = {}
 
     bar = tqdm(range(start_step + 1, cfg.train.steps + 1), desc="grpo", disable=not (progress and d.main),
@@ -185,7 +183,7 @@ def _train(run: Run, start_step: int, resume: bool, progress: bool) -> dict[str,
             metrics["data/skipped_rows"] = run.skipped_rows
         last = step == cfg.train.steps
         if run.eval_data and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
-            metrics.update(run_eval(run))
+            metrics.update(run_eval(run, step))
         logger.log(step, metrics)
         shown = {"reward": metrics["reward/mean"], "acc": metrics.get("reward/accuracy"),
                  "eval": metrics.get("eval/reward" if cfg.train.eval_reward else "eval/accuracy")}

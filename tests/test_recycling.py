@@ -2,6 +2,8 @@
 Qwen2.5-VL, and the run-dir file that traces every instance back to its rollouts."""
 from __future__ import annotations
 
+import math
+
 import json
 
 import pytest
@@ -140,12 +142,56 @@ def test_recycled_instances_are_well_formed_and_traceable(policy, rollouts, tmp_
     policy.model.zero_grad(set_to_none=True)
 
 
-def test_pair_loss_is_the_token_mean_nll_of_the_correct_rollouts(policy, rollouts):
-    loss, stats = Recycling(self_correction=False).loss(_ctx(policy, rollouts))
+def test_pair_loss_nll_is_the_token_mean_nll_of_the_correct_rollouts(policy, rollouts):
+    loss, stats = Recycling(self_correction=False, pair_loss="nll").loss(_ctx(policy, rollouts))
     correct_rows = [0, 2, 9]              # group 0: rows 0 and 2 correct; group 2: row 9
     parts = [_nll(policy, rollouts, r) for r in correct_rows]
     assert stats["pairs"] == 3 and stats["tokens"] == sum(n for _, n in parts)
     assert loss.item() == pytest.approx(sum(s for s, _ in parts) / stats["tokens"], rel=1e-5)
+
+
+def _seq_logprob(policy, rollouts, row):
+    n = int(rollouts.completion_mask[row].sum())
+    inputs, _ = select(rollouts.prompts, [row // rollouts.group_size])
+    ids = rollouts.completion_ids[row:row + 1, :n]
+    logp, _ = policy.completion_logprobs(inputs, ids, torch.ones_like(ids))
+    return logp.sum()
+
+
+def test_pairs_train_the_comparison_against_the_rollout_policy(policy, rollouts):
+    """The preference loss by hand: at the step's first call π = π_old, so every margin is 0,
+    the loss is log 2, and its gradient is that of −β/2 · mean(log π(y_w) − log π(y_l))."""
+    beta = 0.1
+    obj = Recycling(self_correction=False, beta=beta)
+    pairs = [(0, 1), (2, 3), (9, 8)]      # (correct, wrong) as build_instances pairs them
+    policy.model.zero_grad(set_to_none=True)
+    loss, stats = obj.loss(_ctx(policy, rollouts))
+    assert stats["pairs"] == 3 and loss.item() == pytest.approx(math.log(2), rel=1e-6)
+    assert stats["pair_margin"] == 0.0
+    loss.backward()
+    got = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.grad is not None}
+    policy.model.zero_grad(set_to_none=True)
+    hand = -(beta / 2) * sum(_seq_logprob(policy, rollouts, w) - _seq_logprob(policy, rollouts, l)
+                             for w, l in pairs) / len(pairs)
+    hand.backward()
+    for name, p in policy.model.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(got[name], p.grad, atol=1e-6, rtol=1e-4, msg=name)
+    # a later epoch of the same step keeps π_old: after the weights move, the margin does too
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            if p.grad is not None:
+                p.sub_(1e-2 * p.grad.sign())
+    try:
+        later, st = obj.loss(_ctx(policy, rollouts))
+        assert st["pair_margin"] > 0 and later.item() < math.log(2)
+        assert st["pair_chosen_gains"] == 1.0
+    finally:
+        with torch.no_grad():
+            for p in policy.model.parameters():
+                if p.grad is not None:
+                    p.add_(1e-2 * p.grad.sign())
+        policy.model.zero_grad(set_to_none=True)
 
 
 def test_self_correction_supervises_the_correct_continuation_after_the_wrong_one(policy, rollouts):

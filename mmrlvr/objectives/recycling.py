@@ -1,9 +1,13 @@
 """Rollout recycling (StructReward, METHODS.md): scored groups become supervised instances.
 
 After scoring, each group holding both a correct and a wrong rollout of one prompt yields
-    (a) comparison pairs (correct, wrong). We train their supervised form: the NLL of the
-        correct ("chosen") rollout's tokens. Not DPO: no reference model and no margin; the
-        wrong side is recorded in the file, never trained;
+    (a) comparison pairs (correct y_w, wrong y_l). The comparison itself is trained
+        (`pair_loss: preference`, the default): a pairwise preference loss against the rollout
+        policy π_old as reference (DPO's form, with the policy that sampled the pair as the
+        reference, so no reference model is loaded):
+            L_pair = −log σ(β·[(log π(y_w) − log π_old(y_w)) − (log π(y_l) − log π_old(y_l))])
+        with log π(y) the completion's summed token logprob at temperature 1 and β 0.1 (our
+        choice). `pair_loss: nll` trains only the chosen side's NLL (the earlier behaviour);
     (b) self-correction instances: prompt + wrong attempt + a bridge ("Wait, let me check
         again.") as context, the correct rollout's tokens as the target.
 Inside a group, distinct correct and distinct wrong texts are paired one-to-one in rollout
@@ -11,15 +15,18 @@ order. Instances are deduplicated by a hash of (kind, example id, context, targe
 step, taken round-robin over the groups up to `max_per_step`, and appended to
 `RUN_DIR/recycled.jsonl` (step, kind, example id, group, source rollout rows, texts, hash).
 
-    loss = − Σ_i Σ_t m_it · log π(y_it | prompt_i, context_i, y_i<t) / Σ_it m_it   (token mean)
+    L_nll = − Σ_i Σ_t m_it · log π(y_it | prompt_i, context_i, y_i<t) / Σ_it m_it   (token mean)
 
-`m` is 1 on target tokens only: the wrong attempt is attended to (attention mask 1) but never
+over the self-corrections (and, with `pair_loss: nll`, the chosen sides); the objective's loss is
+mean_pairs L_pair + L_nll. `m` is 1 on target tokens only: the wrong attempt is attended to (attention mask 1) but never
 supervised. Logprobs are at temperature 1 (the model's own distribution, as in SFT); the
 target tokens are the rollout's sampled ids, the context is the wrong text re-tokenised.
 A rollout is correct when its score dict holds `correct_key` (default `accuracy`: the accuracy
 reward's 0/1) and that value is >= `threshold`; otherwise when `overall >= threshold`.
-Nothing is carried from step to step, so a resumed run recycles exactly as an uninterrupted
-one; on its first call a run drops rows of the steps it is about to redo from the file.
+π_old is the policy at the step's first call (before any of its optimiser steps): the
+reference logprobs are computed then, without gradient, and reused by later PPO epochs. Nothing
+is carried from step to step, so a resumed run recycles exactly as an uninterrupted one; on its
+first call a run drops rows of the steps it is about to redo from the file.
 """
 from __future__ import annotations
 
@@ -155,9 +162,15 @@ class Recycling:
 
     def __init__(self, max_per_step: int = 8, pairs: bool = True, self_correction: bool = True,
                  bridge: str = "Wait, let me check again.", correct_key: str = "accuracy",
-                 threshold: float = 0.5):
+                 threshold: float = 0.5, pair_loss: str = "preference", beta: float = 0.1):
         if max_per_step < 1:
             raise ValueError(f"recycling: max_per_step must be >= 1, got {max_per_step}")
+        if pair_loss not in ("preference", "nll"):
+            raise ValueError(f"recycling: pair_loss must be 'preference' or 'nll', got {pair_loss!r}")
+        if not beta > 0:
+            raise ValueError(f"recycling: beta must be > 0, got {beta}")
+        self.pair_loss, self.beta = pair_loss, float(beta)
+        self._reference: dict[int, float] = {}
         if not (pairs or self_correction):
             raise ValueError("recycling: pairs and self_correction are both off; "
                              "remove the objective instead")
@@ -176,6 +189,7 @@ class Recycling:
             self._instances, self._stats = build_instances(
                 rollouts.texts, ctx.scores, rollouts.group_size, ids_of, **self.options)
             self._step = ctx.step
+            self._reference = {}
             self._write(ctx)
         instances, stats = self._instances, dict(self._stats)
         full_ids, full_mask = rollouts.completion_ids, rollouts.completion_mask  # [B*G, C]
@@ -188,6 +202,21 @@ class Recycling:
             logp, _ = policy.completion_logprobs(inputs, full_ids[:1, :1],
                                                  torch.ones_like(full_mask[:1, :1]))
             return logp.sum() * 0.0, stats
+        preference = [i for i in instances if i.kind == "pair" and self.pair_loss == "preference"]
+        supervised = [i for i in instances if i not in preference]
+        loss = 0.0
+        if preference:
+            pair_loss, pair_stats = self._preference_loss(policy, rollouts, preference)
+            loss = loss + pair_loss
+            stats.update(pair_stats)
+        if supervised:
+            nll, tokens = self._nll(policy, rollouts, supervised)
+            loss = loss + nll
+            stats["tokens"] = tokens
+        return loss, stats
+
+    def _nll(self, policy, rollouts, instances: list[Instance]) -> tuple[torch.Tensor, float]:
+        full_ids, full_mask = rollouts.completion_ids, rollouts.completion_mask  # [B*G, C]
         tokenizer = policy.tokenizer
         targets = [full_ids[i.target_row, :int(full_mask[i.target_row].sum())].tolist()
                    for i in instances]
@@ -197,8 +226,29 @@ class Recycling:
         inputs, _ = select(rollouts.prompts, [i.group for i in instances])      # [N, P]
         logp, _ = policy.completion_logprobs(inputs, ids, attention)            # [N, C]
         m = loss_mask.to(logp.device, logp.dtype)                               # [N, C]
-        stats["tokens"] = float(m.sum())
-        return -(logp * m).sum() / m.sum().clamp(min=1), stats
+        return -(logp * m).sum() / m.sum().clamp(min=1), float(m.sum())
+
+    def _preference_loss(self, policy, rollouts, pairs: list[Instance]
+                         ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Mean over pairs of −log σ(β·margin); the rollouts' summed logprobs at temperature 1."""
+        rows = sorted({r for i in pairs for r in (i.rows["chosen"], i.rows["rejected"])})
+        G, mask = rollouts.group_size, rollouts.completion_mask[rows]
+        width = max(int(mask.sum(dim=1).max()), 1)
+        ids, mask = rollouts.completion_ids[rows, :width], mask[:, :width]
+        logp, _ = policy.rollout_logprobs(rollouts.prompts, [r // G for r in rows], ids, mask)
+        seq = (logp * mask.to(logp.device, logp.dtype)).sum(dim=1)              # [R]
+        if not self._reference:                  # the rollout policy: this step's first call
+            self._reference = {r: float(v) for r, v in zip(rows, seq.detach())}
+        at = {r: k for k, r in enumerate(rows)}
+        ref = torch.tensor([[self._reference[i.rows["chosen"]], self._reference[i.rows["rejected"]]]
+                            for i in pairs], device=seq.device, dtype=seq.dtype)  # [n, 2]
+        cur = torch.stack([seq[[at[i.rows["chosen"]] for i in pairs]],
+                           seq[[at[i.rows["rejected"]] for i in pairs]]], dim=1)  # [n, 2]
+        margin = self.beta * ((cur[:, 0] - ref[:, 0]) - (cur[:, 1] - ref[:, 1]))   # [n]
+        loss = -torch.nn.functional.logsigmoid(margin).mean()
+        won = (cur[:, 0] - ref[:, 0] > cur[:, 1] - ref[:, 1]).float().mean()
+        return loss, {"pair_loss": float(loss.detach()), "pair_margin": float(margin.detach().mean()),
+                      "pair_chosen_gains": float(won)}
 
     def _write(self, ctx) -> None:
         if ctx.run_dir is None:

@@ -49,13 +49,14 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str = "token",
 
 
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                      clip_low: float = 0.2, clip_high: float = 0.28
+                      clip_low: float | torch.Tensor = 0.2, clip_high: float | torch.Tensor = 0.28
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO loss (to minimise) and a clipped-token indicator.
 
-    logp, old_logp: [N, T]; advantages: [N] (broadcast over tokens). Returns ([N, T], [N, T]).
+    logp, old_logp: [N, T]; advantages: [N] (one per completion, broadcast over its tokens) or
+    [N, T] (per token); clip bounds: numbers or [N, 1] (per completion). Returns ([N, T], [N, T]).
     """
-    adv = advantages.unsqueeze(1)                                  # [N, 1]
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages   # [N, 1] or [N, T]
     ratio = torch.exp(logp - old_logp)                             # [N, T]
     unclipped = ratio * adv                                        # [N, T]
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
@@ -65,17 +66,23 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
 
 
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-              mask: torch.Tensor, *, clip_low: float = 0.2, clip_high: float = 0.28,
+              mask: torch.Tensor, *, clip_low: float | torch.Tensor = 0.2,
+              clip_high: float | torch.Tensor = 0.28, token_weights: torch.Tensor | None = None,
               loss_agg: str = "token", norm_len: int | None = None, beta: float = 0.0,
               ref_logp: torch.Tensor | None = None, kl_estimator: str = "k3",
               total_tokens: float | None = None, total_seqs: int | None = None
               ) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO loss over one micro-batch and its diagnostics (clip fraction, KL).
 
-    logp/old_logp/ref_logp/mask: [N, T]; advantages: [N]. With `total_tokens`/`total_seqs`
-    of the whole batch, micro-batch losses sum to the whole-batch loss (gradient accumulation).
+    logp/old_logp/ref_logp/mask: [N, T]; advantages: [N] or [N, T] (token-level credit,
+    `mmrlvr.algo.shaping`); clip bounds numbers or [N, 1]. `token_weights` [N, T] scale each
+    token's surrogate term (not its KL) and leave the normaliser alone, so a weight of 0 removes
+    a token's policy gradient and nothing else. With `total_tokens`/`total_seqs` of the whole
+    batch, micro-batch losses sum to the whole-batch loss (gradient accumulation).
     """
     per_token, was_clipped = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    if token_weights is not None:
+        per_token = per_token * token_weights                     # [N, T]
     stats: dict[str, float] = {}
     if beta > 0:
         if ref_logp is None:

@@ -32,8 +32,12 @@ class GMTS:
     def shape(self, credit: TokenCredit, ctx: ShapeContext) -> dict[str, float]:
         rollouts, mask = ctx.rollouts, ctx.mask.bool()                             # [N, C]
         entropy = rollouts.stats.get("token_entropy")
-        if entropy is None:
+        if entropy is None and rollouts.sample_logprobs is not None:
             entropy = -rollouts.sample_logprobs                                   # surprisal
+        if entropy is None:
+            raise ValueError("gmts needs the rollout engine's per-token entropy or sampled-token "
+                             "logprobs; this engine kept neither (the HF engine keeps them when "
+                             "rows x new tokens x vocabulary fits mmrlvr.rollout.hf.LOGITS_BUDGET)")
         C = mask.shape[1]
         proxy = entropy[:, :C].to(credit.advantages) * credit.advantages.abs()    # [N, C]
         proxy = proxy.masked_fill(~mask, -math.inf)

@@ -51,9 +51,13 @@ class HFRolloutEngine:
         prompt_len = inputs["input_ids"].shape[1]
         row_mask = inputs["attention_mask"].repeat_interleave(n, dim=0)             # [B*G, P]
         plan = None if params.greedy else make_plan(self.branching, len(batch), n)
+        # the sampled tokens' logprobs and entropies come from the step logits, which generate
+        # keeps for every position: only where they fit (a real vocabulary x long rollouts do not)
+        keep_logits = not params.greedy and logits_bytes(
+            len(batch) * n, params.max_new_tokens, policy.model) <= LOGITS_BUDGET
         kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=policy.eos_ids,
                       pad_token_id=policy.pad_id, return_dict_in_generate=True,
-                      output_logits=not params.greedy, suppress_tokens=policy.placeholder_ids,
+                      output_logits=keep_logits, suppress_tokens=policy.placeholder_ids,
                       num_return_sequences=n)
         if params.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
@@ -73,13 +77,13 @@ class HFRolloutEngine:
         mask = completion_mask(ids, policy.eos_ids)                                # [N, C]
         ids = torch.where(mask.bool(), ids, torch.full_like(ids, policy.pad_id))
         ids, mask, scrubbed = scrub_placeholders(ids, mask, policy.placeholder_ids, policy.pad_id)
-        sample_logp, first_entropy = None, None
-        if not params.greedy:
+        sample_logp, first_entropy, token_entropy = None, None, None
+        if keep_logits:
             logits = torch.stack(out.logits, dim=1).float().cpu()                  # [N, C, V]
             logp_all = F.log_softmax(logits / params.temperature, dim=-1)
             sample_logp = logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)        # [N, C]
-            first = logp_all[:, 0]                                                 # [N, V]
-            first_entropy = -(first.exp() * first).sum(-1)                         # [N]
+            token_entropy = -(logp_all.exp() * logp_all).sum(-1)                   # [N, C]
+            first_entropy = token_entropy[:, 0]                                    # [N]
         texts = policy.tokenizer.batch_decode(
             [row[:int(m.sum())] for row, m in zip(ids, mask)], skip_special_tokens=True)
         lengths = mask.sum(dim=1)
@@ -91,10 +95,20 @@ class HFRolloutEngine:
                  "rollout/placeholder_scrubbed": scrubbed}
         if first_entropy is not None:
             stats["first_token_entropy"] = first_entropy                           # [N] per row
+            stats["token_entropy"] = token_entropy                                # [N, C]
         return Rollouts(prompts=batch, group_size=n, completion_ids=ids, completion_mask=mask,
                         sample_logprobs=sample_logp, texts=texts,
                         branch=plan.tags() if plan else ["clean"] * len(texts),
                         stats=stats)
+
+
+LOGITS_BUDGET = 1 << 30
+"""Bytes of fp32 step logits (rows × new tokens × vocabulary) a rollout may keep."""
+
+
+def logits_bytes(rows: int, new_tokens: int, model: torch.nn.Module) -> int:
+    vocab = model.get_output_embeddings().weight.shape[0]
+    return rows * new_tokens * vocab * 4
 
 
 def prefill_once(model: torch.nn.Module, inputs: dict[str, torch.Tensor], kwargs: dict,

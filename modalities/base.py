@@ -35,9 +35,11 @@ class Adapter:
     @staticmethod
     def chat(media: list[dict[str, Any]], example: Example, system_prompt: str = "",
              format_prompt: str = "") -> list[dict[str, Any]]:
-        """One user turn: the media items, then the question (+ format instruction)."""
+        """One user turn: the media items, then the question (+ format instruction), after the
+        run's system prompt, else the dataset row's own system turn (`meta["system"]`)."""
         question = example.prompt if not format_prompt else f"{example.prompt} {format_prompt}"
         messages = [{"role": "user", "content": [*media, {"type": "text", "text": question}]}]
+        system_prompt = system_prompt or example.meta.get("system", "")
         if system_prompt:
             messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})
         return messages

@@ -137,9 +137,16 @@ def test_missing_image_error_names_the_resolved_path(tmp_path):
 
 
 def test_unknown_field_error_points_to_meta(tmp_path):
-    path = _jsonl(tmp_path / "d.jsonl", [{"prompt": "p", "answer": "a", "source": "x"}])
-    with pytest.raises(DataError, match="under 'meta'"):
+    # a file of mmrlvr rows is strict: a column it does not know in a later row is a typo
+    path = _jsonl(tmp_path / "d.jsonl", [GOOD, {"prompt": "p", "answer": "a", "source": "x"}])
+    with pytest.raises(DataError, match="row 2.*under 'meta'"):
         load_jsonl(path)
+
+
+def test_extra_columns_from_the_first_row_on_are_another_layouts_meta(tmp_path):
+    path = _jsonl(tmp_path / "d.jsonl", [{"prompt": "p", "answer": "a", "source": "x"},
+                                         {"prompt": "q", "answer": "b", "source": "y"}])
+    assert [ex.meta for ex in load_jsonl(path)] == [{"source": "x"}, {"source": "y"}]
 
 
 def test_empty_dataset_file_raises_through_load_dataset(tmp_path):

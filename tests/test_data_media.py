@@ -17,7 +17,7 @@ from PIL import Image, ImageFile
 
 import mmrlvr.data.media as data_mod
 from mmrlvr.config import DataConfig
-from mmrlvr.data import (LAYOUTS, DataError, DataWarning, Example, LoadReport, load_dataset,
+from mmrlvr.data import (DataError, DataWarning, Example, LoadReport, load_dataset,
                          load_jsonl, load_split, write_jsonl)
 
 pytestmark = pytest.mark.filterwarnings("ignore::mmrlvr.data.DataWarning")
@@ -332,26 +332,7 @@ def test_geo3k_rows_with_corrupt_image_bytes_or_list_answers_are_bad_rows(tmp_pa
                                          report=report)] == ["geo3k-1"]
 
 
-# --- in-memory media, load_split, write_jsonl -------------------------------------------------
-
-def test_in_memory_media_is_checked_for_size_only(tmp_path, monkeypatch):
-    def mem_row(row, *, source, line, media_dir, allow_outside):
-        return Example(id=f"m{line}", prompt="p", answer="a",
-                       images=[Image.new("1", (row["side"], row["side"]))],
-                       audios=[(np.zeros(row["seconds"] * 100), 100)])
-
-    monkeypatch.setitem(LAYOUTS, "mem", mem_row)
-    path = _jsonl(tmp_path / "m.jsonl", [{"side": 10, "seconds": 1, "answer": "a"},
-                                         {"side": 50, "seconds": 1, "answer": "a"},
-                                         {"side": 10, "seconds": 9, "answer": "a"}])
-    report = LoadReport()
-    kept = load_dataset(f"mem:{path}", on_error="skip", report=report, max_image_pixels=1000,
-                        max_audio_seconds=5)
-    assert [ex.id for ex in kept] == ["m1"]
-    assert [s.row for s in report.skipped] == [2, 3]
-    assert "in-memory image is 50×50 = 0.0025 MP, over data.max_image_pixels = 0.001 MP" in report.skipped[0].reason
-    assert "lasts 9.0 s" in report.skipped[1].reason
-
+# --- load_split, write_jsonl -------------------------------------------------------------------
 
 def test_load_split_applies_every_data_option(tmp_path):
     _png(tmp_path / "elsewhere" / "x.png")

@@ -1,14 +1,17 @@
-"""Media: reading audio clips, and the checks every image and audio file of a split passes when
-it loads (exists, decodes, within the size limits; an image's size is read from its header
-before it is decoded, so a decompression bomb is refused unopened)."""
+"""Media: reading audio clips, in-dataset media (encoded image bytes kept as PIL images that decode
+when used, audio bytes decoded to arrays), and the checks every image and audio of a split passes
+when it loads (exists, decodes, within the size limits; an image's size is read from its header
+before it is decoded, so a decompression bomb is refused unopened) or, in a lazy split, when it
+is drawn (`access_problem`)."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +106,8 @@ def _check_file(kind: str, path: str, limits: MediaLimits) -> str | None:
 
 
 def _check_in_memory(kind: str, item: Any, limits: MediaLimits) -> str | None:
-    """Size checks for media already in memory: PIL images, arrays, (array, rate) pairs."""
+    """Checks for media already in memory: PIL images (those still encoded, as read from a
+    dataset's bytes, are decoded on a copy), arrays, (array, rate) pairs."""
     import numpy as np
 
     if kind == "image":
@@ -119,11 +123,85 @@ def _check_in_memory(kind: str, item: Any, limits: MediaLimits) -> str | None:
         if w * h > limits.max_image_pixels:
             return (f"in-memory image is {w}×{h} = {_mp(w * h)}, over data.max_image_pixels = "
                     f"{_mp(limits.max_image_pixels)}")
+        if _encoded(item) and limits.decode:
+            return _decode_problem(item.fp.getvalue(), "in-memory image")
         return None
     if isinstance(item, (tuple, list)) and len(item) == 2 and np.isscalar(item[1]) and item[1] > 0:
         return _audio_length_problem("(in memory)", max(np.shape(item[0]) or (0,)) / item[1],
                                      limits.max_audio_seconds)
     return None                               # a bare array: its rate, so its length, is unknown
+
+
+def _encoded(item: Any) -> bool:
+    """A PIL image opened on in-memory bytes (decoded when first used)."""
+    return isinstance(getattr(item, "fp", None), io.BytesIO)
+
+
+def _decode_problem(data: bytes, what: str) -> str | None:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+    except Image.DecompressionBombError as err:
+        return f"{what} is refused by PIL as a decompression bomb: {err}"
+    except Exception as err:  # noqa: BLE001 - PIL raises many types for bad data
+        return f"{what} cannot be decoded ({type(err).__name__}: {err})"
+    return None
+
+
+def image_from_bytes(data: bytes, what: str) -> Any:
+    """An encoded image as a PIL image that decodes when first used; ValueError when its header
+    cannot be read."""
+    from PIL import Image
+
+    try:
+        return Image.open(io.BytesIO(data))   # reads the header only
+    except Image.DecompressionBombError as err:
+        raise ValueError(f"{what} is refused by PIL as a decompression bomb: {err}") from None
+    except Exception as err:  # noqa: BLE001 - PIL raises many types for bad data
+        raise ValueError(f"{what} cannot be decoded ({type(err).__name__}: {err})") from None
+
+
+def audio_from_bytes(data: bytes, what: str) -> tuple[np.ndarray, int]:
+    """An encoded clip (WAV, FLAC, OGG, MP3: what libsndfile reads) as (float32 samples, rate)."""
+    import soundfile as sf
+
+    try:
+        wave, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=False)
+    except Exception as err:  # noqa: BLE001 - libsndfile reports bad data in several types
+        raise ValueError(f"{what} cannot be decoded ({type(err).__name__}: {err})") from None
+    return wave, int(rate)
+
+
+def access_problem(ex: Example, limits: MediaLimits) -> str | None:
+    """The checks a row of a lazy split passes when it is drawn: files exist and are within the
+    size limit (read from the header; the adapter reports a file that then fails to decode,
+    naming the sample); in-memory images are decoded in place, once, as the adapter would."""
+    from PIL import Image
+
+    for kind, item in _media_items(ex):
+        if _is_file_ref(item):
+            if not os.path.isfile(item):
+                return f"{kind} not found: {item}"
+            if kind == "image":
+                try:
+                    with Image.open(item) as im:
+                        w, h = im.size
+                except Exception as err:  # noqa: BLE001 - PIL raises many types for bad files
+                    return f"image {item} cannot be decoded ({type(err).__name__}: {err})"
+                if w * h > limits.max_image_pixels:
+                    return f"image {item} is {w}×{h}, over data.max_image_pixels"
+            continue
+        problem = _check_in_memory(kind, item, replace(limits, decode=False))
+        if problem is None and _encoded(item):
+            try:
+                item.load()
+            except Exception as err:  # noqa: BLE001 - PIL raises many types for bad data
+                problem = f"in-memory image cannot be decoded ({type(err).__name__}: {err})"
+        if problem:
+            return problem
+    return None
 
 
 def _media_items(ex: Example) -> Iterator[tuple[str, Any]]:
@@ -135,30 +213,35 @@ def _is_file_ref(item: Any) -> bool:
     return isinstance(item, (str, os.PathLike))
 
 
+def _key(kind: str, item: Any) -> tuple[str, Any]:
+    return (kind, str(item)) if _is_file_ref(item) else (kind, id(item))
+
+
 @contextlib.contextmanager
 def _media_checks(examples: list[Example], limits: MediaLimits
                   ) -> Iterator[Iterator[str | None]]:
     """Yields an iterator over `examples` in order giving each one's first media problem (None
-    when all is well). Files are checked once each, in parallel threads (PIL and libsndfile
-    release the GIL while they read and decode); leaving early cancels the checks not started."""
+    when all is well). Files are checked once each, and in-memory images decoded, in parallel
+    threads (PIL and libsndfile release the GIL while they read and decode); leaving early
+    cancels the checks not started."""
     from tqdm.auto import tqdm
 
-    files = list(dict.fromkeys((kind, str(item)) for ex in examples
-                               for kind, item in _media_items(ex) if _is_file_ref(item)))
+    items = list({_key(kind, item): (kind, item) for ex in examples
+                  for kind, item in _media_items(ex)}.items())
     # no bar for small splits; tqdm's None turns it off when stderr is not a terminal
-    bar = tqdm(total=len(files), desc="checking media", unit="file", leave=False,
-               disable=True if len(files) < 1000 else None)
+    bar = tqdm(total=len(items), desc="checking media", unit="item", leave=False,
+               disable=True if len(items) < 1000 else None)
     pool = ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 4),
                               thread_name_prefix="media-check")
-    futures: dict[tuple[str, str], Future] = {}
-    for key in files:
-        futures[key] = pool.submit(_check_file, *key, limits)
+    futures: dict[tuple[str, Any], Future] = {}
+    for key, (kind, item) in items:
+        futures[key] = pool.submit(_check_file if _is_file_ref(item) else _check_in_memory,
+                                   kind, str(item) if _is_file_ref(item) else item, limits)
         futures[key].add_done_callback(lambda _: bar.update())
 
     def first_problem(ex: Example) -> str | None:
         for kind, item in _media_items(ex):
-            problem = (futures[kind, str(item)].result() if _is_file_ref(item)
-                       else _check_in_memory(kind, item, limits))
+            problem = futures[_key(kind, item)].result()
             if problem:
                 return problem
         return None

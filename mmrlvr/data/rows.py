@@ -1,11 +1,11 @@
-"""Rows: the `Example` every modality, reward and trainer agree on, how a JSON row or a known
-public layout becomes one, and the record of rows that could not be used."""
+"""Rows: the `Example` every modality, reward and trainer agree on, the gold-answer and media-path
+rules every layout shares (`mmrlvr.data.formats` reads rows), and the record of rows that could
+not be used."""
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +51,18 @@ class Example:
     """A short reference reasoning, used as the `<think>` part of supervised warm starts."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Anything else (task family, source row, ...); logged, never interpreted by the core."""
+    chat: bool = False
+    """The dataset gave the prompt as chat messages. A TRL-style reward then gets prompts and
+    completions as messages, as TRL passes them for conversational datasets."""
 
     def to_json(self) -> dict[str, Any]:
         row = asdict(self)
         row["images"] = [str(p) for p in self.images]
         row["audios"] = [str(p) for p in self.audios if isinstance(p, (str, Path))]
+        if row.pop("chat"):                       # written back as the chat it was read from
+            row["prompt"] = [{"role": "user", "content": self.prompt}]
         return {k: v for k, v in row.items() if v not in (None, [], {})}
 
-
-_FIELDS = {f.name for f in fields(Example)}
 
 
 def gold_answer(value: Any) -> tuple[str, bool]:
@@ -92,107 +95,6 @@ def _media_path(item: str, base_dir: Path, kind: str, allow_outside: bool) -> st
     if not path.is_file():
         raise ValueError(f"{kind} not found: {path}")
     return str(path)
-
-
-def example_from_row(row: dict[str, Any], *, source: str, line: int, base_dir: Path,
-                     allow_outside: bool = False) -> Example:
-    """Build an Example from a JSON row, resolving media paths against `base_dir`."""
-    if not isinstance(row, dict):
-        raise row_error(source, line, f"expected a JSON object, got {type(row).__name__}")
-    rid = str(row["id"]) if row.get("id") is not None else f"{Path(source).stem}-{line}"
-
-    def bad(reason: str) -> DataError:
-        return row_error(source, line, reason, rid)
-
-    if "prompt" not in row or row["prompt"] is None or str(row["prompt"]).strip() == "":
-        raise bad(f"missing required field 'prompt' (have: {sorted(row)})")
-    if "answer" not in row:
-        raise bad(f"missing required field 'answer' (have: {sorted(row)})")
-    try:
-        answer, _ = gold_answer(row["answer"])
-    except ValueError as err:
-        raise bad(str(err)) from None
-    unknown = set(row) - _FIELDS
-    if unknown:
-        raise bad(f"unknown fields {sorted(unknown)}; put extra data under 'meta'")
-    row = {**row, "id": rid, "answer": answer, "prompt": str(row["prompt"])}
-    for key in ("images", "audios", "choices", "steps"):
-        value = row.get(key)
-        if value is not None and (not isinstance(value, list)
-                                  or not all(isinstance(v, str) for v in value)):
-            raise bad(f"'{key}' must be a list of strings, got {value!r}")
-    try:
-        for key, kind in (("images", "image"), ("audios", "audio")):
-            row[key] = [_media_path(item, base_dir, kind, allow_outside)
-                        for item in row.get(key) or []]
-    except ValueError as err:
-        raise bad(str(err)) from None
-    return Example(**row)
-
-
-def _geo3k_row(row: dict[str, Any], *, source: str, line: int, media_dir: Path,
-               allow_outside: bool) -> Example:
-    """Geometry3K (hiyouga/geometry3k parquet): `images` (list of {bytes, path}), `problem`, `answer`."""
-    rid = f"geo3k-{line}"
-    prompt = str(row.get("problem") or "").replace("<image>", "").strip()
-    if not prompt:
-        raise row_error(source, line, f"missing or empty field 'problem' (have: {sorted(row)})", rid)
-    try:
-        answer, _ = gold_answer(row.get("answer"))
-    except ValueError as err:
-        raise row_error(source, line, str(err), rid) from None
-    images = []
-    for k, img in enumerate(row.get("images") or []):
-        data = img.get("bytes") if isinstance(img, dict) else img
-        if not isinstance(data, (bytes, bytearray)):
-            raise row_error(source, line, f"image {k} has no bytes", rid)
-        # named by content, so a replaced parquet never reuses stale files
-        out = media_dir / f"{hashlib.sha1(data).hexdigest()[:16]}.png"
-        if not out.exists():
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(bytes(data))
-        images.append(str(out))
-    return Example(id=rid, prompt=prompt, answer=answer, images=images,
-                   meta={"source": "geometry3k"})
-
-
-def _steps_row(row: dict[str, Any], *, source: str, line: int, media_dir: Path,
-               allow_outside: bool) -> Example:
-    """Step-labelled solutions (PRM800K/MathV-style): `question` or `problem`, `solution_steps`
-    or `steps` (a list of strings, or one string of lines), `answer`; optional `id`, `image` or
-    `images` (paths relative to the file) and `choices`. The steps also serve as `reasoning`."""
-    rid = str(row.get("id") or f"{Path(source).stem}-{line}")
-
-    def bad(reason: str) -> DataError:
-        return row_error(source, line, reason, rid)
-
-    prompt = next((str(row[k]) for k in ("question", "problem") if row.get(k)), "")
-    prompt = prompt.replace("<image>", "").strip()
-    if not prompt:
-        raise bad(f"missing or empty field 'question' (have: {sorted(row)})")
-    try:
-        answer = gold_answer(row.get("answer"))[0].strip()
-    except ValueError as err:
-        raise bad(str(err)) from None
-    steps = row.get("solution_steps", row.get("steps"))
-    if isinstance(steps, str):
-        steps = steps.splitlines()
-    if steps is not None and (not isinstance(steps, list)
-                              or not all(isinstance(s, str) for s in steps)):
-        raise bad(f"'solution_steps' must be a list of strings, got {steps!r}")
-    steps = [s.strip() for s in steps or [] if s.strip()] or None
-    try:
-        images = [_media_path(img, Path(source).parent, "image", allow_outside)
-                  for img in row.get("images") or ([row["image"]] if row.get("image") else [])]
-    except ValueError as err:
-        raise bad(str(err)) from None
-    return Example(id=rid, prompt=prompt, answer=answer, images=images,
-                   choices=row.get("choices") or None, steps=steps,
-                   reasoning="\n".join(steps) if steps else None, meta={"source": "steps"})
-
-
-LAYOUTS = {"geo3k": _geo3k_row, "steps": _steps_row}
-"""Row mappers for known public layouts (parquet/arrow; `steps` also JSONL), by name."""
 
 
 @dataclass

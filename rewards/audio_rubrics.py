@@ -2,15 +2,22 @@
 
 For each group of G rollouts of one prompt, every step:
 
-  1. static rubrics: stored with the sample (`meta.rubrics`, written from the waveform's acoustic
-     evidence by `rewards.audio_evidence.static_rubrics`), else written here from `meta.evidence`
-     or from the audio file itself (cached by path);
+  1. the sample's rubrics. With a `writer` (`{kind: http | hf, ...}`, `rewards.rubric_writer`):
+     query-specific rubrics a model wrote from the question, options, gold and the measured
+     acoustic evidence, once per sample (cached; `cache_path` keeps them across runs), or stored
+     with the dataset by `write_rubrics` (`meta.rubric_source: written`); when the writer fails,
+     the templated rubrics below, counted and logged. Without one (the default, offline): the
+     templated rubrics stored with the sample (`meta.rubrics`, written from the waveform's
+     acoustic evidence by `rewards.audio_evidence.static_rubrics`), else templated here from
+     `meta.evidence` or from the audio file itself (cached by path);
   2. the judge sees evidence, question, gold, the rubrics and every rollout's reasoning tagged
      correct/wrong; it proposes up to `max_proposals` new rubrics (each with a polarity) and says
      yes/no for every rubric on every rollout -> satisfied s_kg;
   3. negative rubrics are flipped (s <- 1 - s); rubrics with zero spread over the group are
      dropped; the `top_k` with the largest standard deviation stay;
-  4. weights w_k from a second judge call (uniform if it fails), normalised to sum 1;
+  4. weights w_k from the judge, normalised to sum 1 (uniform if it fails): an LLM judge's second
+     call, or the rule judge's separation weights w_k ∝ σ_k, the rubric's standard deviation
+     over the group (`rewards.rubric_judges`);
   5. R_rubric_g = Σ_k w_k · s_kg ∈ [0, 1] (0.5 when no rubric is left);
 
     overall = w_acc·acc + w_fmt·format + λ_r·R_rubric + λ_o·(1 − min(think, budget)/budget)
@@ -21,14 +28,16 @@ with acc/format from `rewards.verify` and `rewards.format`, `think` the reasonin
 overall ∈ [0, 1.6]. Any judge failure in steps 2-4 falls back to the static rubrics with their
 stored weights, judged by the rule-based judge (still deterministic and offline).
 
-Audit: with `log_path` set, every group appends one JSON line: the rubrics (static and proposed,
-with polarity, weight, standard deviation, kept or not, and the verdict on every rollout), the
-correctness, R_rubric and the total of every rollout, which judge answered, and any failure.
+Audit: with `log_path` set, every group appends one JSON line: the rubrics (static or written,
+and proposed, with polarity, weight, standard deviation, kept or not, and the verdict on every
+rollout), the correctness, R_rubric and the total of every rollout, which judge answered, where
+the rubrics came from (`rubric_source`: template, written, stored_written, writer_fallback) and
+with a writer its running counts and error, and any failure. With a writer each completion also
+carries the component `writer_fallback` (1 where its sample's rubrics fell back to templates).
 """
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -44,7 +53,9 @@ from rewards.rubric_judges import (
     finite_weights,
     make_judge,
     reasoning_of,
+    spread,
 )
+from rewards.rubric_writer import RubricBook, sample_of
 from rewards.verify import extract_answer, match
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -55,18 +66,13 @@ def think_tokens(reasoning: str) -> int:
     return len(_TOKEN.findall(reasoning))
 
 
-def _std(values: list[float]) -> float:
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-
-
 class AudioRubricsReward:
     """The AudioRubrics total reward; components logged: accuracy, format, rubric, brevity, ..."""
 
     def __init__(self, judge: str | dict[str, Any] = "rule", lambda_rubric: float = 0.5,
                  lambda_brevity: float = 0.1, think_budget: int = 256, acc_weight: float = 0.9,
                  format_weight: float = 0.1, max_proposals: int = 3, top_k: int = 5,
-                 log_path: str = ""):
+                 log_path: str = "", writer: dict[str, Any] | None = None):
         self.name = "audio_rubrics"
         self.judge = make_judge(judge)
         self.lambda_rubric, self.lambda_brevity = float(lambda_rubric), float(lambda_brevity)
@@ -75,6 +81,8 @@ class AudioRubricsReward:
         self.max_proposals, self.top_k = int(max_proposals), int(top_k)
         self.log_path = Path(log_path) if log_path else None
         self._static: dict[str, list[dict[str, Any]]] = {}
+        self.book = RubricBook.from_spec(writer) if writer else None
+        """The writer's per-sample rubrics (None: templated rubrics only)."""
 
     @property
     def max_total(self) -> float:
@@ -96,6 +104,22 @@ class AudioRubricsReward:
             rows = self._static[key]
         return [Rubric.from_dict(r) for r in rows]
 
+    def rubrics_of(self, example: Example, evidence: list[dict[str, Any]]
+                   ) -> tuple[list[Rubric], dict[str, Any]]:
+        """The sample's rubrics (step 1) and where they came from, for the log."""
+        if example.meta.get("rubric_source") == "written":
+            return [Rubric.from_dict(r) for r in example.meta["rubrics"]], {
+                "rubric_source": "stored_written"}
+        if self.book is None:
+            return self.static_of(example, evidence), {"rubric_source": "template"}
+        entry = self.book.rubrics(f"{example.id}|{example.prompt}", sample_of(example, evidence),
+                                  lambda: [r.to_dict() for r in self.static_of(example, evidence)])
+        info = {"rubric_source": entry["source"],
+                "writer": {"name": self.book.writer.name, **self.book.counts}}
+        if entry["error"]:
+            info["writer"]["error"] = entry["error"]
+        return [Rubric.from_dict(r) for r in entry["rubrics"]], info
+
     # -- scoring -------------------------------------------------------------------------------
     def judge_context(self, example: Example, completions: list[str]) -> GroupContext:
         """What the judge sees: evidence, question, gold, each reasoning and its correctness."""
@@ -110,10 +134,10 @@ class AudioRubricsReward:
         ctx = self.judge_context(example, completions)
         correct, reasonings = ctx.correct, ctx.reasonings
         formatted = [is_well_formatted(c) for c in completions]
-        static = self.static_of(example, ctx.evidence)
+        static, origin = self.rubrics_of(example, ctx.evidence)
         record: dict[str, Any] = {"progress": round(progress, 4),
                                   "example": example.id, "gold": example.answer,
-                                  "judge": self.judge.name}
+                                  "judge": self.judge.name, **origin}
         try:
             rubric, table = self.evolve(ctx, static)
             record["source"] = "evolved"
@@ -129,6 +153,8 @@ class AudioRubricsReward:
                         "format": float(formatted[g]), "rubric": rubric[g], "brevity": brevity,
                         "rubrics_kept": float(sum(r["kept"] for r in table)),
                         "fallback": float(record["source"] == "static_fallback")})
+            if self.book is not None:
+                out[-1]["writer_fallback"] = float(origin["rubric_source"] == "writer_fallback")
         if self.log_path is not None:
             record.update(rubrics=table, correct=correct, rubric_reward=rubric,
                           overall=[s["overall"] for s in out],
@@ -149,9 +175,9 @@ class AudioRubricsReward:
             raise JudgeError(f"judge gave {len(verdicts)} verdict rows for {len(pool)} rubrics")
         satisfied = [[float(v) if r.polarity > 0 else 1.0 - float(v) for v in row]
                      for r, row in zip(pool, verdicts)]                       # [K][G], flipped
-        spread = [_std(row) for row in satisfied]
-        alive = [k for k in range(len(pool)) if spread[k] > 0]
-        kept = sorted(alive, key=lambda k: -spread[k])[:self.top_k]         # stable on ties
+        sigma = [spread(row) for row in satisfied]                            # σ_k
+        alive = [k for k in range(len(pool)) if sigma[k] > 0]
+        kept = sorted(alive, key=lambda k: -sigma[k])[:self.top_k]         # stable on ties
         kept.sort()
         weights: list[float] = []
         weight_source = "none"
@@ -164,7 +190,7 @@ class AudioRubricsReward:
             weights = weights or [1.0 / len(kept)] * len(kept)
         w_of = dict(zip(kept, weights))
         rubric = [sum(w_of[k] * satisfied[k][g] for k in kept) if kept else 0.5 for g in range(G)]
-        table = [{**r.to_dict(), "weight": w_of.get(k), "std": spread[k], "kept": k in w_of,
+        table = [{**r.to_dict(), "weight": w_of.get(k), "std": sigma[k], "kept": k in w_of,
                   "verdicts": [bool(v) for v in verdicts[k]], "satisfied": satisfied[k],
                   "weight_source": weight_source if k in w_of else None}
                  for k, r in enumerate(pool)]
@@ -184,5 +210,5 @@ class AudioRubricsReward:
             sat = [float(v) if r.polarity > 0 else 1.0 - float(v) for v in verdicts]
             rubric = [acc + w * s for acc, s in zip(rubric, sat)]
             table.append({**r.to_dict(), "weight": w, "kept": True, "verdicts": verdicts,
-                          "satisfied": sat, "std": _std(sat)})
+                          "satisfied": sat, "std": spread(sat)})
         return rubric, table

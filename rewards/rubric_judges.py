@@ -11,33 +11,49 @@ A judge does two things for one GRPO group (METHODS.md, "AudioRubrics"):
         one non-negative weight per rubric (the caller normalises; uniform if this fails).
 
 `RuleJudge` (default: offline, deterministic) grounds both in the computed evidence: a rubric's
-`check` is evaluated on the reasoning (`<think>` part) by reading its claims — numbers, and
-comparisons such as "the second tone is higher" — and new rubrics come from claims that separate
-correct from wrong rollouts and agree (positive) or disagree (negative) with the evidence.
+`check` is evaluated on the reasoning (`<think>` part) by reading its claims
+(`rewards.rubric_checks`: counts stated as counts, comparisons such as "the second tone is
+higher"), and new rubrics come from claims that separate correct from wrong rollouts and agree
+(positive) or disagree (negative) with the evidence. A rubric with no check (free text from an
+LLM writer) cannot be judged by rules: it gets "no" on every rollout, so its zero spread drops it.
 
-`LLMJudge` asks a language model, either a local HF causal LM or an OpenAI-compatible HTTP
-endpoint (`POST {url}/chat/completions`), with a timeout and retries; a reply that is not the
-JSON asked for counts as a failure. Every failure raises `JudgeError`, on which the reward falls
-back to the static rubrics.
+The rule judge weighs the kept rubrics by how much they separate the group's rollouts: with
+s_kg ∈ {0, 1} rubric k's verdict on rollout g after the polarity flip,
+
+    σ_k = sqrt( (1/G) Σ_g (s_kg − s̄_k)² ),        w_k = σ_k / Σ_j σ_j
+
+the standard deviation the paper ranks rubrics by (top 5 kept), used as the weight. For a yes/no
+rubric σ = sqrt(p(1 − p)) with p the share of rollouts satisfying it: an even split (σ 0.5)
+weighs most, a rubric one rollout in eight satisfies 0.33. Not the point-biserial correlation
+with correctness: the rule checks are already verified against the measured audio (a rubric is
+true whatever the letter), the correlation is undefined in all-right or all-wrong groups
+(exactly where the rubric term is the group's only signal), and where correctness varies the
+accuracy term already rewards it. Before, the weights were fixed per category (perception 2,
+reasoning 1.5, grounding 1, style 0.5), blind to the group.
+
+`LLMJudge` asks a language model, either a local HF model or an OpenAI-compatible HTTP endpoint
+(`POST {url}/chat/completions`, `rewards.rubric_llm`), with a timeout and retries; a reply that
+is not the JSON asked for counts as a failure, and it weighs with a second call. Every failure
+raises `JudgeError`, on which the reward falls back to the static rubrics.
 """
 from __future__ import annotations
 
 import json
 import math
-import os
-import re
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from rewards.audio_evidence import AUDIO_WORDS, order_facts
-
-
-class JudgeError(RuntimeError):
-    """A judge call that failed or answered something unusable."""
+from rewards.rubric_checks import (
+    JudgeError,
+    check_satisfied,
+    count_claims,
+    numbers_in,
+    order_claims,
+    reasoning_of,
+)
+from rewards.rubric_llm import ask_json, hf_completion, http_completion, make_completion, parse_json
 
 
 @dataclass
@@ -51,7 +67,8 @@ class Rubric:
     check: dict[str, Any] | None = None
     """A machine check the rule-based judge evaluates (None: only an LLM judge can judge it)."""
     origin: str = "static"
-    """`static` (stored with the dataset) or `proposed` (written this step)."""
+    """`static` (templated from the evidence), `written` (by a rubric writer, per sample) or
+    `proposed` (by the judge, this step)."""
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Rubric:
@@ -87,82 +104,24 @@ class Judge(Protocol):
     def weigh(self, ctx: GroupContext, rubrics: list[Rubric]) -> list[float]: ...
 
 
-# -- reading claims out of a reasoning -------------------------------------------------------
-_THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL | re.IGNORECASE)
-_NUMBER_WORDS = {w: i for i, w in enumerate(["zero", "one", "two", "three", "four", "five", "six",
-                                              "seven", "eight", "nine", "ten", "eleven", "twelve"])}
-_RELATIONS = {"higher": ("pitch", 1), "lower": ("pitch", -1), "louder": ("loudness", 1),
-              "quieter": ("loudness", -1), "softer": ("loudness", -1), "faster": ("tempo", 1),
-              "quicker": ("tempo", 1), "slower": ("tempo", -1), "longer": ("duration", 1),
-              "shorter": ("duration", -1)}
-_POSITIONS = {"first": "first", "1st": "first", "earlier": "first", "second": "second",
-              "2nd": "second", "last": "second", "later": "second"}
-_OTHER = {"first": "second", "second": "first"}
-_WORD = re.compile(r"[a-z0-9]+(?:\.[0-9]+)?")
-
-
-def reasoning_of(text: str) -> str:
-    """The `<think>` part of a completion, else the text before `<answer>`, else all of it."""
-    m = _THINK.search(text or "")
-    if m:
-        return m.group(1).strip()
-    return re.split(r"<answer>", text or "", flags=re.IGNORECASE)[0].strip()
-
-
-def numbers_in(text: str) -> set[int]:
-    out = set()
-    for w in _WORD.findall(text.lower()):
-        if w.isdigit():
-            out.add(int(w))
-        elif w in _NUMBER_WORDS:
-            out.add(_NUMBER_WORDS[w])
-    return out
-
-
-def order_claims(text: str) -> set[tuple[str, str]]:
-    """Comparisons a text makes, as (attribute, which part has more of it).
-
-    Per clause: the first position word and the first relation word; "the second tone is
-    higher" and "the first is lower than the second" both give ("pitch", "second"). A position
-    after "than" names the part with less.
-    """
-    claims = set()
-    for clause in re.split(r"[.;!?\n]|\bbut\b|\bwhile\b|\bwhereas\b", text.lower()):
-        words = _WORD.findall(clause)
-        pos = rel = None
-        for i, w in enumerate(words):
-            if pos is None and w in _POSITIONS:
-                pos = _POSITIONS[w]
-                if i > 0 and words[i - 1] == "than" or i > 1 and words[i - 2] == "than":
-                    pos = _OTHER[pos]
-            if rel is None and w in _RELATIONS:
-                rel = _RELATIONS[w]
-        if pos and rel:
-            attribute, sign = rel
-            claims.add((attribute, pos if sign > 0 else _OTHER[pos]))
-    return claims
-
-
-def check_satisfied(check: dict[str, Any] | None, reasoning: str) -> bool:
-    """Whether `reasoning` passes a rubric's machine check."""
-    if not check:
-        raise JudgeError("this rubric has no machine check; only an LLM judge can judge it")
-    kind = check.get("kind")
-    if kind == "count":
-        return int(check["value"]) in numbers_in(reasoning)
-    if kind == "order":
-        return (check["attribute"], check["winner"]) in order_claims(reasoning)
-    if kind == "mentions":
-        words = set(_WORD.findall(reasoning.lower()))
-        return any(w.lower() in words for w in check["words"])
-    if kind == "max_words":
-        n = len(reasoning.split())
-        return 0 < n <= int(check["value"])
-    raise JudgeError(f"unknown rubric check kind {kind!r}")
-
-
 # -- the rule-based judge ----------------------------------------------------------------------
-CATEGORY_WEIGHT = {"perception": 2.0, "reasoning": 1.5, "grounding": 1.0, "style": 0.5}
+def rule_verdicts(rubric: Rubric, reasonings: list[str]) -> list[bool]:
+    """The rule checks' yes/no on every reasoning; "no" throughout for a rubric with no check."""
+    return [check_satisfied(rubric.check, t) if rubric.check else False for t in reasonings]
+
+
+def separation_weights(satisfied: list[list[float]]) -> list[float]:
+    """w_k = σ_k / Σ_j σ_j over the flipped verdicts s[k][g] (the module doc); uniform when no
+    rubric varies over the group."""
+    sigma = [spread(row) for row in satisfied]
+    total = sum(sigma)
+    return [s / total for s in sigma] if total > 0 else [1.0 / len(sigma)] * len(sigma)
+
+
+def spread(values: list[float]) -> float:
+    """The population standard deviation σ of one rubric's satisfied values over a group."""
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
 class RuleJudge:
@@ -173,8 +132,7 @@ class RuleJudge:
     def evaluate(self, ctx: GroupContext, rubrics: list[Rubric], max_new: int
                  ) -> tuple[list[Rubric], list[list[bool]]]:
         new = self.propose(ctx, rubrics, max_new)
-        verdicts = [[check_satisfied(r.check, t) for t in ctx.reasonings] for r in rubrics + new]
-        return new, verdicts
+        return new, [rule_verdicts(r, ctx.reasonings) for r in rubrics + new]
 
     def propose(self, ctx: GroupContext, rubrics: list[Rubric], max_new: int) -> list[Rubric]:
         """Claims that separate correct from wrong rollouts, checked against the evidence."""
@@ -186,7 +144,7 @@ class RuleJudge:
         scored: list[tuple[float, Rubric]] = []
         right = [k for k, ok in enumerate(ctx.correct) if ok]
         wrong = [k for k, ok in enumerate(ctx.correct) if not ok]
-        claims = [({("count", n) for n in numbers_in(t) if n <= 12} | order_claims(t))
+        claims = [({("count", n) for n in count_claims(t) if n <= 12} | order_claims(t))
                   for t in ctx.reasonings]
         for claim in sorted(set().union(*claims)):
             share_right = sum(claim in claims[k] for k in right) / max(len(right), 1)
@@ -216,7 +174,9 @@ class RuleJudge:
         return out
 
     def weigh(self, ctx: GroupContext, rubrics: list[Rubric]) -> list[float]:
-        return [CATEGORY_WEIGHT.get(r.category, 1.0) for r in rubrics]
+        """Separation weights σ_k / Σ σ (the module doc), from the rule verdicts on the group."""
+        return separation_weights([[float(v) if r.polarity > 0 else 1.0 - float(v)
+                                    for v in rule_verdicts(r, ctx.reasonings)] for r in rubrics])
 
 
 def _more(attribute: str) -> str:
@@ -277,26 +237,6 @@ def weigh_prompt(ctx: GroupContext, rubrics: list[Rubric]) -> str:
             f'question well from the audio. Reply as: {{"weights": [{len(rubrics)} numbers]}}')
 
 
-def parse_json(text: str) -> dict[str, Any]:
-    """The first JSON object in a reply (code fences and surrounding prose allowed)."""
-    text = re.sub(r"```(?:json)?", "", text or "")
-    start = text.find("{")
-    while start != -1:
-        depth = 0
-        for i in range(start, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            if depth == 0:
-                try:
-                    out = json.loads(text[start:i + 1])
-                    if isinstance(out, dict):
-                        return out
-                except json.JSONDecodeError:
-                    pass
-                break
-        start = text.find("{", start + 1)
-    raise JudgeError(f"the judge's reply holds no JSON object: {text[:200]!r}")
-
-
 def _flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -317,16 +257,8 @@ class LLMJudge:
         self.complete, self.retries, self.backoff_s = complete, retries, backoff_s
 
     def _ask(self, prompt: str, parse: Callable[[dict[str, Any]], Any]) -> Any:
-        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            try:
-                return parse(parse_json(self.complete(messages)))
-            except (JudgeError, OSError, ValueError, KeyError, TypeError) as err:
-                last = err
-                if attempt < self.retries:
-                    time.sleep(self.backoff_s * 2 ** attempt)
-        raise JudgeError(f"LLM judge failed after {self.retries + 1} tries: {last}")
+        return ask_json(self.complete, SYSTEM, prompt, parse, retries=self.retries,
+                        backoff_s=self.backoff_s, who="LLM judge")
 
     def evaluate(self, ctx: GroupContext, rubrics: list[Rubric], max_new: int
                  ) -> tuple[list[Rubric], list[list[bool]]]:
@@ -357,59 +289,6 @@ class LLMJudge:
         return self._ask(weigh_prompt(ctx, rubrics), parse)
 
 
-def http_completion(url: str, model: str = "", timeout_s: float = 30.0, max_tokens: int = 1024,
-                    api_key_env: str = "OPENAI_API_KEY") -> Callable[[list[dict[str, str]]], str]:
-    """`complete(messages)` against an OpenAI-compatible chat endpoint (`.../v1` or the full path)."""
-    endpoint = url.rstrip("/")
-    if not endpoint.endswith("/chat/completions"):
-        endpoint += "/chat/completions"
-
-    def complete(messages: list[dict[str, str]]) -> str:
-        body = json.dumps({"model": model, "messages": messages, "temperature": 0,
-                           "max_tokens": max_tokens}).encode()
-        headers = {"Content-Type": "application/json"}
-        if os.environ.get(api_key_env):
-            headers["Authorization"] = f"Bearer {os.environ[api_key_env]}"
-        request = urllib.request.Request(endpoint, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-                reply = json.loads(resp.read().decode("utf-8"))
-        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as err:
-            raise JudgeError(f"judge endpoint {endpoint}: {err}") from None
-        try:
-            return reply["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise JudgeError(f"judge endpoint {endpoint}: unexpected reply {str(reply)[:200]}") from None
-
-    return complete
-
-
-def hf_completion(model: str, timeout_s: float = 60.0, max_new_tokens: int = 1024,
-                  device: str = "auto") -> Callable[[list[dict[str, str]]], str]:
-    """`complete(messages)` with a local transformers causal LM (loaded on first use, greedy)."""
-    state: dict[str, Any] = {}
-
-    def complete(messages: list[dict[str, str]]) -> str:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        if not state:
-            dev = "cuda" if device == "auto" and torch.cuda.is_available() else \
-                ("cpu" if device == "auto" else device)
-            state["tok"] = AutoTokenizer.from_pretrained(model)
-            state["model"] = AutoModelForCausalLM.from_pretrained(
-                model, dtype=torch.bfloat16 if dev == "cuda" else torch.float32).to(dev).eval()
-        tok, lm = state["tok"], state["model"]
-        ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                      return_dict=True).to(lm.device)
-        with torch.no_grad():
-            out = lm.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False,
-                              max_time=timeout_s)
-        return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
-
-    return complete
-
-
 def make_judge(spec: str | dict[str, Any] | None) -> Judge:
     """`rule` (default), or `{kind: http, url, model, timeout_s, retries}` /
     `{kind: hf, model, timeout_s, retries}` for an LLM judge."""
@@ -417,18 +296,10 @@ def make_judge(spec: str | dict[str, Any] | None) -> Judge:
         return RuleJudge()
     if not isinstance(spec, dict):
         raise TypeError(f"audio_rubrics judge must be 'rule' or a mapping with kind http|hf, got {spec!r}")
-    spec = dict(spec)
-    kind = spec.pop("kind")
-    retries = int(spec.pop("retries", 2))
-    if kind == "http":
-        if not spec.get("url"):
-            raise ValueError("audio_rubrics judge kind http needs a 'url' (an OpenAI-compatible endpoint)")
-        return LLMJudge(http_completion(**spec), retries=retries)
-    if kind == "hf":
-        if not spec.get("model"):
-            raise ValueError("audio_rubrics judge kind hf needs a 'model' (a local dir or hub id)")
-        return LLMJudge(hf_completion(**spec), retries=retries)
-    raise ValueError(f"unknown audio_rubrics judge kind {kind!r}; choose rule, http or hf")
+    if spec.get("kind") not in ("http", "hf"):
+        raise ValueError(f"unknown audio_rubrics judge kind {spec.get('kind')!r}; choose rule, http or hf")
+    complete, retries = make_completion(spec, "audio_rubrics judge")
+    return LLMJudge(complete, retries=retries)
 
 
 def finite_weights(weights: list[float], n: int) -> list[float] | None:
@@ -448,6 +319,8 @@ __all__ = [
     "Rubric",
     "RuleJudge",
     "check_satisfied",
+    "count_claims",
+    "describe_evidence",
     "finite_weights",
     "hf_completion",
     "http_completion",
@@ -456,4 +329,7 @@ __all__ = [
     "order_claims",
     "parse_json",
     "reasoning_of",
+    "rule_verdicts",
+    "separation_weights",
+    "spread",
 ]

@@ -177,8 +177,9 @@ def test_weight_failure_is_uniform_and_no_rubric_left_is_one_half():
 def test_judge_failure_falls_back_to_the_static_rubrics(tmp_path):
     reward = _reward(Scripted([], [], fail="evaluate"), log_path=str(tmp_path / "log.jsonl"))
     scores = reward.score(_example(), GROUP)
-    # static weights 0.5/0.3/0.2 on "mentions 1/2/3", judged by the rule-based checks
-    assert [s["rubric"] for s in scores] == pytest.approx([0.3, 0.5, 0.5, 0.0])
+    # static weights 0.5/0.3/0.2 on "states 1/2/3 as the count", judged by the rule-based checks;
+    # "I hear 3 beeps and 2." states 3 (the bare "2" is no count: it scored 0.5 when any number did)
+    assert [s["rubric"] for s in scores] == pytest.approx([0.3, 0.5, 0.2, 0.0])
     assert all(s["fallback"] == 1.0 for s in scores)
     row = json.loads((tmp_path / "log.jsonl").read_text())
     assert row["source"] == "static_fallback" and "judge down" in row["error"]

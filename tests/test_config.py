@@ -86,7 +86,7 @@ def test_yaml_loads_into_typed_dataclasses(tmp_path):
     assert cfg.model.path == "/models/tiny"
     assert (cfg.model.lora.r, cfg.model.lora.alpha, cfg.model.lora.dropout) == (4, 8, 0.0)
     assert cfg.rollout.group_size == 4 and cfg.rollout.temperature == 0.7
-    assert cfg.rollout.max_new_tokens == 64                 # untouched keys keep their defaults
+    assert cfg.rollout.max_new_tokens == 0     # untouched keys keep their defaults (0: the model's)
     assert cfg.optim.lr == 1e-5 and type(cfg.optim.lr) is float
     assert cfg.optim.betas == [0.9, 0.95]
     assert (cfg.algo.loss_agg, cfg.algo.norm_len, cfg.algo.advantage) == ("seq-sum-norm", 32, "drgrpo")

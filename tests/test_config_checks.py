@@ -62,7 +62,7 @@ BAD = [
     (["train.steps=-3"], "train.steps", ">= 1", "got -3"),
     (["sft.steps=0"], "sft.steps", ">= 1", "got 0"),
     (["sft.pwsd.steps=-1"], "sft.pwsd.steps", ">= 0", "got -1"),
-    (["rollout.max_new_tokens=0"], "rollout.max_new_tokens", ">= 1", "got 0"),
+    (["rollout.max_new_tokens=-1"], "rollout.max_new_tokens", ">= 0", "got -1"),
     (["rollout.temperature=0"], "rollout.temperature", "a finite number > 0", "got 0.0"),
     (["rollout.temperature=-0.5"], "rollout.temperature", "a finite number > 0", "got -0.5"),
     (["rollout.temperature=.nan"], "rollout.temperature", "a finite number > 0", "got nan"),
@@ -90,8 +90,8 @@ BAD = [
     (["train.max_skipped_steps=0"], "train.max_skipped_steps", ">= 1", "got 0"),
     (["train.seed=-1"], "train.seed", "in [0, 4294967295]", "got -1"),
     (["train.eval_samples=-1"], "train.eval_samples", ">= 0", "got -1"),
-    (["model.min_pixels=0"], "model.min_pixels", ">= 1", "got 0"),
-    (["model.max_pixels=-1"], "model.max_pixels", ">= 1", "got -1"),
+    (["model.min_pixels=-1"], "model.min_pixels", ">= 0", "got -1"),
+    (["model.max_pixels=-1"], "model.max_pixels", ">= 0", "got -1"),
     (["model.min_pixels=20000", "model.max_pixels=10000"], "model.min_pixels",
      "must be <= model.max_pixels", "(20000)"),
     (["model.lora.r=-1"], "model.lora.r", ">= 0", "got -1"),
@@ -118,6 +118,11 @@ BAD = [
      "must be a string", "got 7"),
     (["model.lora.r=8", "model.lora.target_modules=[]"], "model.lora.target_modules",
      "is empty", "model.lora.r > 0"),
+    (["train.report_to=[3]"], "train.report_to[0]", "must be a string", "got 3"),
+    (["train.report_to=[tensorboard, comet]"], "train.report_to[1]",
+     "choose from ['tensorboard', 'wandb', 'mlflow', 'trackio']", "is 'comet'"),
+    (["data.columns={prompt: 3}"], "data.columns.prompt", "must be a string", "got 3"),
+    (["rollout.branching={3: x}"], "rollout.branching", "not a string", "3"),
     (["rewards=[accuracy]"], "rewards[0]", "must be a mapping like {name:", "got 'accuracy'"),
     (["rewards=[{weight: 1.0}]"], "rewards[0]", "needs a 'name'", "e.g. {name: accuracy"),
     (["rewards=[{name: 3}]"], "rewards[0]", "'name' must be", "got 3"),
@@ -130,7 +135,7 @@ IDS = [" ".join(ov) for ov, *_ in BAD]
 
 # the five failures the issue measured: each a traceback after the model loaded
 MEASURED = ["optim.lr=-1e-5", "optim.lr=.nan", "train.batch_prompts=0", "train.micro_batch=0",
-            "rollout.max_new_tokens=0", "rollout.temperature=0"]
+            "rollout.max_new_tokens=-1", "rollout.temperature=0"]
 
 
 @pytest.fixture
@@ -195,6 +200,14 @@ def test_real_cli_refuses_the_measured_crashers_before_loading(base, override):
     assert "Traceback" not in out.stderr
     assert f"'{override.split('=')[0]}'" in out.stderr
     assert not (base.parent / "run").exists()               # nothing was started
+
+
+@pytest.mark.parametrize("override, ours", [
+    ("algo.loss_agg=dapo", "'token'"), ("algo.loss_agg=dr_grpo", "'seq-sum-norm'"),
+    ("algo.kl_estimator=low_var_kl", "'k3'")])
+def test_another_trainers_value_of_a_choice_says_ours(base, override, ours):
+    msg = _message(base, [override])
+    assert "choose one of" in msg and f"is {ours} here" in msg
 
 
 def test_range_messages_say_what_to_do(base):

@@ -158,3 +158,31 @@ def test_cli_sizes_the_vision_tower(tmp_path):
     assert (vision["depth"], vision["hidden_size"], vision["fullatt_block_indexes"]) == (3, 96, [2])
     with pytest.raises(ValueError, match="multiple of 16"):
         main(["tiny", "qwen2.5-vl", "--out", str(tmp_path / "n"), "--vision-width", "100"])
+
+
+def test_tiny_models_carry_their_own_small_pixel_bounds_and_budget(tiny, tmp_path):
+    """What a config leaving model.min_pixels/max_pixels and rollout.max_new_tokens at 0 runs
+    with on a tiny model: the bounds its processor was built with and 64 tokens."""
+    import json
+
+    from mmrlvr.config import model_defaults
+
+    _, out, processor, model = tiny
+    assert json.loads((out / "generation_config.json").read_text())["max_new_tokens"] == 64
+    assert model.generation_config.max_new_tokens == 64
+    size = processor.image_processor.size
+    assert (size["shortest_edge"], size["longest_edge"]) == (56 * 56, 112 * 112)
+    found = model_defaults(str(out))
+    assert (found.min_pixels, found.max_pixels, found.max_new_tokens) == (3136, 12544, 64)
+
+
+def test_tiny_pixel_bounds_follow_the_build_and_audio_models_carry_the_budget(tmp_path):
+    import json
+
+    from mmrlvr.config import model_defaults
+
+    small = build_tiny("qwen2-vl", tmp_path / "small", min_pixels=28 * 28, max_pixels=56 * 56)
+    assert (model_defaults(str(small)).min_pixels, model_defaults(str(small)).max_pixels) == \
+        (784, 3136)
+    audio = build_tiny("qwen2-audio", tmp_path / "audio")
+    assert json.loads((audio / "generation_config.json").read_text())["max_new_tokens"] == 64

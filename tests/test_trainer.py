@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from mmrlvr.train.checkpoint import MARKER, latest_checkpoint
-from mmrlvr.config import load_config
+from mmrlvr.config import load_config, resolve_model_defaults
 from mmrlvr.train.logger import read_metrics
 from mmrlvr.train.trainer import train
 
@@ -62,7 +62,7 @@ def test_train_writes_a_complete_run_dir(tmp_path, tiny_vl, shapes_dir):
     summary = train(cfg, progress=False)
     run = Path(cfg.train.out_dir)
     assert (run / "config.yaml").is_file()
-    assert load_config(run / "config.yaml") == cfg
+    assert load_config(run / "config.yaml") == resolve_model_defaults(cfg)   # what it ran with
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
     required = ["reward/mean", "reward/std", "reward/accuracy", "reward/format", "reward/zero_spread_frac",

@@ -2,12 +2,15 @@
 the model path, all problems reported together before anything loads."""
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmrlvr.config.schema import Config, ConfigError
+from mmrlvr.config.schema import TRACKERS, Config, ConfigError
+from mmrlvr.config.synonyms import value_hint
 
 
 def _raise(problems: list[str]) -> None:
@@ -62,16 +65,19 @@ RANGES: list[tuple[str, Bound, str]] = [
     ("model.lora.r", NON_NEGATIVE, "the LoRA rank, e.g. 8; 0 trains the full model"),
     ("model.lora.alpha", AT_LEAST_1, "the LoRA scale numerator, e.g. 2·r"),
     ("model.lora.dropout", Bound(0, 1, high_open=True), "e.g. 0.0 or 0.05"),
-    ("model.min_pixels", AT_LEAST_1, "the smallest image area after resizing, e.g. 3136 (56·56)"),
-    ("model.max_pixels", AT_LEAST_1,
-     "the largest image area after resizing, e.g. 12544 (112·112) for a tiny model"),
+    ("model.min_pixels", NON_NEGATIVE, "the smallest image area after resizing, e.g. 3136 "
+                                       "(56·56); 0 takes the model processor's"),
+    ("model.max_pixels", NON_NEGATIVE, "the largest image area after resizing, e.g. 12544 "
+                                       "(112·112) for a tiny model; 0 takes the model "
+                                       "processor's"),
     ("data.eval_limit", NON_NEGATIVE, "0 evaluates every held-out row"),
     ("data.max_image_pixels", AT_LEAST_1,
      "the largest image (width × height) accepted, e.g. 64000000"),
     ("data.max_audio_seconds", POSITIVE, "the longest audio clip accepted, e.g. 600"),
     ("rollout.group_size", Bound(2), "GRPO compares the completions of a group; use e.g. 4–16"),
-    ("rollout.max_new_tokens", AT_LEAST_1, "the longest completion in tokens, e.g. 64 (tiny CPU "
-                                           "model) to 1024 or more (long reasoning)"),
+    ("rollout.max_new_tokens", NON_NEGATIVE, "the longest completion in tokens, e.g. 64 (tiny "
+                                             "CPU model) to 1024 or more (long reasoning); 0 "
+                                             "takes the model's generation config"),
     ("rollout.temperature", POSITIVE, GREEDY_HINT),
     ("rollout.top_p", Bound(0, 1, low_open=True), "1.0 turns nucleus sampling off"),
     ("rollout.top_k", NON_NEGATIVE, "0 turns top-k sampling off"),
@@ -178,6 +184,27 @@ def _spec_problems(key: str, specs: list[Any]) -> list[str]:
     return out
 
 
+def _item_problems(node: Any, prefix: str = "") -> list[str]:
+    """Items of every `list[str]` key and keys/values of every `dict[str, str]` key that are not
+    strings (`optim.betas` and the `{name, weight}` lists have checks of their own)."""
+    out = []
+    hints = typing.get_type_hints(type(node))
+    for f in dataclasses.fields(node):
+        value, hint, key = getattr(node, f.name), hints[f.name], f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(hint):
+            out += _item_problems(value, key + ".")
+        elif hint == list[str] and isinstance(value, list):
+            out += [f"config key '{key}[{i}]' must be a string, got {item!r}"
+                    for i, item in enumerate(value) if not isinstance(item, str)]
+        elif typing.get_origin(hint) is dict and isinstance(value, dict):
+            out += [f"config key '{key}' has a key {k!r} that is not a string"
+                    for k in value if not isinstance(k, str)]
+            if typing.get_args(hint)[1] is str:
+                out += [f"config key '{key}.{k}' must be a string, got {v!r}"
+                        for k, v in value.items() if not isinstance(v, str)]
+    return out
+
+
 def find_problems(cfg: Config) -> list[str]:
     """Every problem with `cfg`'s values, one line each (empty: none); `validate` raises them."""
     problems = []
@@ -196,7 +223,8 @@ def find_problems(cfg: Config) -> list[str]:
     }
     for key, (value, allowed) in choices.items():
         if value not in allowed:
-            problems.append(f"config key '{key}' is {value!r}; choose one of {list(allowed)}")
+            problems.append(f"config key '{key}' is {value!r}; choose one of {list(allowed)}"
+                            f"{value_hint(key, value)}")
 
     for key, bound, hint in RANGES:
         value = _get(cfg, key)
@@ -219,11 +247,11 @@ def find_problems(cfg: Config) -> list[str]:
             and all(_is_number(b) and Bound(0, 1, high_open=True).holds(b) for b in betas)):
         problems.append(f"config key 'optim.betas' must be two numbers in [0, 1), got {betas!r}: "
                         "AdamW's (beta1, beta2), e.g. [0.9, 0.999]")
-    for key, items in (("data.templates", cfg.data.templates),
-                       ("model.lora.target_modules", cfg.model.lora.target_modules)):
-        for i, item in enumerate(items):
-            if not isinstance(item, str):
-                problems.append(f"config key '{key}[{i}]' must be a string, got {item!r}")
+    for i, name in enumerate(cfg.train.report_to):
+        if isinstance(name, str) and name not in TRACKERS:
+            problems.append(f"config key 'train.report_to[{i}]' is {name!r}; choose from "
+                            f"{list(TRACKERS)} (an empty list: metrics.jsonl only)")
+    problems += _item_problems(cfg)
     for t in cfg.data.templates:
         if isinstance(t, str) and "{question}" not in t:
             problems.append(f"config key 'data.templates': {t!r} has no {{question}} slot; "
@@ -233,6 +261,7 @@ def find_problems(cfg: Config) -> list[str]:
                         "name the modules LoRA adapts, e.g. [q_proj, k_proj, v_proj, o_proj]")
     for key in ("rewards", "eval_rewards", "objectives"):
         problems += _spec_problems(key, getattr(cfg, key))
+    problems += _spec_problems("algo.shaping", cfg.algo.shaping)
     return problems
 
 

@@ -3,7 +3,6 @@ dotted overrides, unknown keys with the nearest known one, then `validate`."""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import typing
 from pathlib import Path
@@ -13,6 +12,9 @@ import yaml
 
 from mmrlvr.config.checks import _as_float, _raise, find_problems
 from mmrlvr.config.schema import Config, ConfigError
+from mmrlvr.config.synonyms import leaf_keys, suggest
+
+_LEAVES = leaf_keys(Config)
 
 
 def _from_dict(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
@@ -30,9 +32,9 @@ def _from_dict(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         if key not in names:
-            near = difflib.get_close_matches(str(key), names, n=1)
-            hint = f" (did you mean '{prefix}{near[0]}'?)" if near else ""
-            problems.append(f"unknown config key '{dotted}'{hint}; known: {sorted(names)}")
+            hint, exact = suggest(prefix, key, names, _LEAVES)
+            known = "" if exact else f"; known: {sorted(names)}"
+            problems.append(f"unknown config key '{dotted}'{hint or ''}{known}")
             continue
         try:
             kwargs[key] = _coerce(hints[key], value, dotted, problems)

@@ -12,6 +12,10 @@ class ConfigError(ValueError):
     """A config file or override that cannot be used; the message names the key."""
 
 
+TRACKERS: tuple[str, ...] = ("tensorboard", "wandb", "mlflow", "trackio")
+"""What `train.report_to` may name (accelerate's trackers of these names)."""
+
+
 @dataclass
 class LoraConfig:
     r: int = 0
@@ -42,10 +46,10 @@ class ModelConfig:
     """Keep the vision tower's weights fixed."""
     freeze_audio: bool = False
     """Keep the audio encoder's weights fixed (the projector still trains; AudioRubrics does)."""
-    min_pixels: int = 56 * 56
-    """Smallest image area after resizing (qwen-vl-utils `min_pixels`)."""
-    max_pixels: int = 112 * 112
-    """Largest image area after resizing (qwen-vl-utils `max_pixels`)."""
+    min_pixels: int = 0
+    """Smallest image area after resizing (qwen-vl-utils `min_pixels`; 0: the model processor's)."""
+    max_pixels: int = 0
+    """Largest image area after resizing (qwen-vl-utils `max_pixels`; 0: the model processor's)."""
     attn_implementation: str = "sdpa"
     """Attention kernel: `sdpa`, `eager` or `flash_attention_2` (GPU)."""
 
@@ -53,7 +57,7 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     train: str = ""
-    """Training set: a JSONL file, or `layout:file.parquet` (e.g. `geo3k:train.parquet`)."""
+    """Training set: JSONL/JSON/parquet/arrow file, a save_to_disk or shard dir, `PATH@SPLIT`, or `layout:PATH`."""
     eval: str = ""
     """Held-out set in the same forms; empty skips eval."""
     on_error: str = "raise"
@@ -82,8 +86,8 @@ class RolloutConfig:
     """`auto` (vLLM on a GPU where it is installed, else hf), `hf` (transformers generate) or `vllm`."""
     group_size: int = 8
     """Completions sampled per prompt (G)."""
-    max_new_tokens: int = 64
-    """Longest completion."""
+    max_new_tokens: int = 0
+    """Longest completion in tokens (0: the model's generation_config `max_new_tokens`, else 1024)."""
     temperature: float = 1.0
     """Sampling temperature."""
     top_p: float = 1.0
@@ -116,6 +120,8 @@ class AlgoConfig:
     """Added to the group std in the GRPO advantage."""
     norm_len: int = 0
     """Token budget for `seq-sum-norm` (0 = rollout.max_new_tokens)."""
+    shaping: list[dict[str, Any]] = field(default_factory=list)
+    """Token-level credit plug-ins as `{name, ...options}`: gapo, cue_grpo, gmts (empty: plain GRPO)."""
 
 
 @dataclass
@@ -165,7 +171,7 @@ class TrainConfig:
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
-    """Trackers: any of tensorboard, wandb, mlflow, trackio (each optional; metrics.jsonl is always written)."""
+    """Trackers: any of tensorboard, wandb, mlflow, trackio (a missing one warns; metrics.jsonl is always written)."""
     max_skipped_steps: int = 3
     """Stop the run after this many consecutive steps skipped for a non-finite loss or gradient."""
     check_memory: bool = True

@@ -222,9 +222,15 @@ def build_tokenizer(
     return tok
 
 
+TINY_MAX_NEW_TOKENS = 64
+"""The completion budget a tiny model's generation_config.json carries: what a config that
+leaves `rollout.max_new_tokens` at 0 ("the model's") runs with on a laptop."""
+
+
 def instantiate_and_save(model_cls, config, tok, processor, out: Path, seed: int):
     """Seeded float32 random init on CPU (global RNG untouched), Qwen generation defaults
-    (eos <|im_end|>, pad/bos <|endoftext|>), then processor and model saved into `out`."""
+    (eos <|im_end|>, pad/bos <|endoftext|>) with a small completion budget
+    (`TINY_MAX_NEW_TOKENS`), then processor and model saved into `out`."""
     import torch
     from transformers import GenerationConfig
 
@@ -235,7 +241,8 @@ def instantiate_and_save(model_cls, config, tok, processor, out: Path, seed: int
         torch.manual_seed(seed)
         with torch.device("cpu"):
             model = model_cls(config).to(torch.float32)
-    model.generation_config = GenerationConfig(bos_token_id=eot, eos_token_id=im_end, pad_token_id=eot)
+    model.generation_config = GenerationConfig(bos_token_id=eot, eos_token_id=im_end, pad_token_id=eot,
+                                               max_new_tokens=TINY_MAX_NEW_TOKENS)
     model.eval()
     processor.save_pretrained(str(out))
     model.save_pretrained(str(out))

@@ -130,8 +130,11 @@ def build_tiny_vision(
 
     The directory holds `config.json`, `generation_config.json`, `model.safetensors` (float32),
     the tokenizer files, `processor_config.json`/`preprocessor_config.json`, `chat_template.jinja`
-    and `TINY.md`; it loads with `AutoProcessor` + `AutoModelForImageTextToText`. The same
-    arguments and seed give bit-identical weights and tokenizer. For the audio kinds the vision
+    and `TINY.md`. The processor's pixel bounds (`min_pixels`..`max_pixels`) and the generation
+    config's `max_new_tokens` (64) are what a run takes where its config leaves
+    `model.min_pixels`, `model.max_pixels`, `rollout.max_new_tokens` at 0 ("the model's"). It
+    loads with `AutoProcessor` + `AutoModelForImageTextToText`. The same arguments and seed give
+    bit-identical weights and tokenizer. For the audio kinds the vision
     arguments size the audio encoder (`vision_depth` layers, `vision_width` wide) and
     `audio_window` is the feature window in seconds (`mmrlvr.tiny.audio.build_tiny_audio`).
     """

@@ -436,9 +436,10 @@ def make_plan(cfg: Config, gpus: int | None = None, gpu_mem_gib: float | None = 
 
 def cmd_plan(args) -> int:
     """`mmrlvr plan CONFIG [overrides] [--gpus N] [--gpu-mem GIB] [--json]`: 0 fits, 1 not."""
-    from mmrlvr.config import load_config
+    from mmrlvr.config import load_config, resolve_model_defaults
 
-    plan = make_plan(load_config(args.config, args.overrides), args.gpus, args.gpu_mem,
+    plan = make_plan(resolve_model_defaults(load_config(args.config, args.overrides)), args.gpus,
+                     args.gpu_mem,
                      label=str(args.config))
     print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.table())
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,10 @@ import torch
 
 import modalities
 from mmrlvr import objectives as objectives_mod
-from mmrlvr.config import Config, ConfigError, check_model_path, save_config, to_dict
+from mmrlvr.config import (Config, ConfigError, check_model_path, resolve_model_defaults,
+                           save_config, to_dict)
 from mmrlvr.data import LoadReport, load_split
+from mmrlvr.algo import shaping
 from mmrlvr.rollout import make_engine
 from mmrlvr.train import parallel
 from mmrlvr.train.checkpoint import latest_checkpoint, load_sharded, load_trainer_state, set_rng_state
@@ -75,7 +77,8 @@ class Run:
     sampler: PromptSampler
     ref_model: torch.nn.Module | None
     run_dir: Path
-    skipped_rows: int
+    report: LoadReport
+    shapers: list = field(default_factory=list)
     lock: Any = None
     skips: Skips = None
 
@@ -175,6 +178,7 @@ def build_run(cfg: Config, resume: bool = False, overwrite: bool = False,
               force: bool = False) -> tuple[Run, int]:
     """Load data, policy, optimiser; restore the last complete checkpoint when resuming."""
     check_model_path(cfg.model.path)     # before the run dir is touched
+    cfg = resolve_model_defaults(cfg)    # pixel bounds, token budget: the model's unless set
     d = start_processes(cfg, cfg.train.batch_prompts)
     seed_everything(cfg.train.seed)      # every rank builds the same weights (LoRA init too)
     run_dir = Path(cfg.train.out_dir)
@@ -242,6 +246,7 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool) -> tuple[Run
     errors = run_dir / ("reward_errors.jsonl" if d.world == 1 else f"reward_errors.rank{d.rank}.jsonl")
     run = Run(cfg, d, policy, engine,
               build_combined(cfg.rewards, error_log=errors), objectives, optimizer, scheduler,
-              train_data, eval_data, sampler, ref_model, run_dir, len(report.skipped), lock,
+              train_data, eval_data, sampler, ref_model, run_dir, report,
+              shaping.build(cfg.algo.shaping), lock,
               Skips())
     return run, start_step

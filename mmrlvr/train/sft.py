@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from mmrlvr.config import Config, check_model_path, save_config
+from mmrlvr.config import Config, check_model_path, resolve_model_defaults, save_config, to_dict
 from mmrlvr.data import DataError, Example, LoadReport, load_split
 from mmrlvr.train.evaluate import evaluate_ranks, write_records
 from mmrlvr.train.logger import RunLogger
@@ -104,6 +104,7 @@ def sft(cfg: Config, progress: bool = True, overwrite: bool = False) -> dict[str
         raise ValueError(f"sft.privileged_fraction needs model.modality image_translation, "
                          f"got {cfg.model.modality!r}")
     check_model_path(cfg.sft.init or cfg.model.path)      # before the out dir is touched
+    cfg = resolve_model_defaults(cfg, cfg.sft.init or cfg.model.path)
     d = start_processes(cfg, cfg.sft.batch_size, "sft.batch_size")
     seed_everything(cfg.train.seed)
     out_dir = Path(cfg.sft.out_dir)
@@ -127,8 +128,8 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
     data = load_split(cfg.data, "train", report)
     if d.main:
         report.write(out_dir)                  # skipped_rows.jsonl: file, row, id, reason
-    for ex in data:
-        sft_target(ex)
+    for i in range(0, len(data), max(1, len(data) // 256)):   # every row of a loaded split;
+        sft_target(data[i])                # 256 spread over a lazy one (the rest when drawn)
     eval_data = load_split(cfg.data, "eval")
     policy = load_policy(cfg, d, init=cfg.sft.init or None)
     adapter = policy.adapter
@@ -137,7 +138,7 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
                             weight_decay=cfg.optim.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, warmup_cosine(cfg.sft.warmup_steps, cfg.sft.steps, cfg.optim.min_lr_ratio))
-    logger = RunLogger(out_dir, enabled=d.main)
+    logger = RunLogger(out_dir, enabled=d.main, report_to=cfg.train.report_to, config=to_dict(cfg))
     sampler = PromptSampler(len(data), cfg.train.seed)
 
     def run_eval(step: int) -> dict[str, float]:

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from mmrlvr.algo import group_advantages, zero_spread_fraction
-from mmrlvr.config import Config
+from mmrlvr.algo.shaping import ShapeContext, token_credit
+from mmrlvr.config import Config, to_dict
 from mmrlvr.core.errors import TrainingError
 from mmrlvr.core.templates import apply_templates
 from mmrlvr.rollout import SamplingParams
@@ -62,8 +63,11 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
 
     G = cfg.rollout.group_size
     progress = step / max(cfg.train.steps, 1)
-    scores = [run.reward.score(ex, rollouts.texts[b * G:(b + 1) * G], progress=progress)
-              for b, ex in enumerate(examples)]
+    rows = [range(b * G, (b + 1) * G) for b in range(len(examples))]
+    ids, kept = rollouts.completion_ids, rollouts.completion_mask.bool()
+    scores = run.reward.score_groups(     # a user reward's async calls: every group at once
+        examples, [[rollouts.texts[r] for r in group] for group in rows], progress=progress,
+        completion_ids=[[ids[r][kept[r]].tolist() for r in group] for group in rows])
     failures = d.gather(run.reward.all_failed(scores))   # decided together: no rank waits alone
     if all(failures):
         raise RewardError(failures[0])
@@ -73,7 +77,10 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     advantages = group_advantages(rewards, cfg.algo.advantage, cfg.algo.eps)       # [B, G]
     t2 = time.perf_counter()
 
-    update = policy_update(run, rollouts, advantages.flatten(), scores, step)
+    credit, shaped = token_credit(advantages.flatten(), rollouts.completion_mask, cfg.algo.clip_low,
+                                  cfg.algo.clip_high, run.shapers,
+                                  ShapeContext(rollouts, scores, rewards, rollouts.completion_mask))
+    update = policy_update(run, rollouts, advantages.flatten(), scores, step, credit)
     t3 = time.perf_counter()
 
     metrics = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(unbiased=False)),
@@ -90,7 +97,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
         "rollout/placeholder_scrubbed": rollouts.stats["rollout/placeholder_scrubbed"],
         "time/rollout_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": t3 - t2,
         "time/step_s": t3 - t0, "perf/rollout_tokens_per_s": rollouts.stats["rollout/tokens"] / (t1 - t0),
-        "optim/lr": run.scheduler.get_last_lr()[0], **update})
+        "optim/lr": run.scheduler.get_last_lr()[0], **update, **shaped})
     metrics.update(branch_metrics(rollouts, scores))
     metrics.update(verifier_metrics(scores))
     run.scheduler.step()
@@ -166,7 +173,8 @@ def _train(run: Run, start_step: int, resume: bool, progress: bool) -> dict[str,
     from tqdm.auto import tqdm
 
     cfg, d = run.cfg, run.dist
-    logger = RunLogger(run.run_dir, enabled=d.main, resume_step=start_step if resume else None)
+    logger = RunLogger(run.run_dir, enabled=d.main, resume_step=start_step if resume else None,
+                       report_to=cfg.train.report_to, config=to_dict(cfg))
     # the run's shape goes in its first metrics row: step 0 where eval runs first, else step 1
     first = {"run/world_size": d.world, "run/strategy": d.strategy} if start_step == 0 else {}
     if run.eval_data and start_step == 0:
@@ -179,8 +187,8 @@ def _train(run: Run, start_step: int, resume: bool, progress: bool) -> dict[str,
         metrics = {**first, **grpo_step(run, step)}
         first = {}
         note_skip(run, step, metrics)
-        if metrics.get("data/skipped_rows") is None and run.skipped_rows:
-            metrics["data/skipped_rows"] = run.skipped_rows
+        if metrics.get("data/skipped_rows") is None and run.report.skipped:
+            metrics["data/skipped_rows"] = len(run.report.skipped)
         last = step == cfg.train.steps
         if run.eval_data and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
             metrics.update(run_eval(run, step))
@@ -191,6 +199,8 @@ def _train(run: Run, start_step: int, resume: bool, progress: bool) -> dict[str,
         if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
             _save(run, step)
     logger.close()
+    if d.main:       # a lazy split records rows skipped when drawn: rewrite skipped_rows.jsonl
+        run.report.write(run.run_dir)
     in_sync = ranks_in_sync(run)
     summary = summarize(run, in_sync) if d.main else {}
     if d.main:

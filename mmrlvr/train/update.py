@@ -15,6 +15,7 @@ import torch
 
 from mmrlvr import objectives as objectives_mod
 from mmrlvr.algo import grpo_loss
+from mmrlvr.algo.shaping import TokenCredit
 from mmrlvr.core.errors import TrainingError
 from mmrlvr.train import parallel
 from mmrlvr.train.parallel import Dist
@@ -22,7 +23,8 @@ from mmrlvr.train.policy import Policy
 from mmrlvr.train.setup import Run
 
 
-def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: int) -> dict[str, float]:
+def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: int,
+                  credit: TokenCredit | None = None) -> dict[str, float]:
     """PPO-style epochs over the rollouts; one optimiser step per epoch.
 
     The token-level loss is normalised by the step's token count over all ranks, and scaled by
@@ -38,7 +40,10 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     # every rank runs the same number of forwards and backwards: under several processes
     # zero-advantage rows (which add nothing) are trained too; objectives run their own
     needs_all = cfg.algo.beta > 0 or d.world > 1
-    rows = [r for r in range(N) if needs_all or advantages[r] != 0]
+    credit = credit or TokenCredit(advantages, None, cfg.algo.clip_low, cfg.algo.clip_high)
+    moved = credit.advantages != 0                                                # [N] or [N, C]
+    moved = moved.any(dim=1) if moved.dim() == 2 else moved                       # [N]
+    rows = [r for r in range(N) if needs_all or moved[r]]
     mb = cfg.train.micro_batch
     micro = [rows[i:i + mb] for i in range(0, len(rows), mb)]
 
@@ -81,9 +86,10 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
                 old_lp = torch.stack([old[r][:width] for r in part]).to(logp.device) if old \
                     else logp.detach()
                 ref_lp = torch.stack([ref[r][:width] for r in part]).to(logp.device) if ref else None
+                shaped = {k: v.to(logp.device) if torch.is_tensor(v) else v
+                          for k, v in credit.rows(part, width).items()}   # advantages, bounds
                 loss, st = grpo_loss(
-                    logp, old_lp, advantages[part].to(logp.device), m, clip_low=cfg.algo.clip_low,
-                    clip_high=cfg.algo.clip_high, loss_agg=cfg.algo.loss_agg,
+                    logp, old_lp, mask=m, **shaped, loss_agg=cfg.algo.loss_agg,
                     norm_len=cfg.algo.norm_len or cfg.rollout.max_new_tokens, beta=cfg.algo.beta,
                     ref_logp=ref_lp, kl_estimator=cfg.algo.kl_estimator,
                     total_tokens=total_tokens, total_seqs=total_seqs)

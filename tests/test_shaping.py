@@ -99,3 +99,26 @@ def test_plugins_run_in_stage_order_and_unknown_names_are_clear():
         build([{"name": "gpao"}])
     with pytest.raises(ValueError, match="fraction"):
         build([{"name": "gmts", "fraction": 0}])
+
+
+def test_a_grpo_step_runs_with_every_plugin_and_logs_what_each_changed(tmp_path, tiny_vl,
+                                                                        shapes_dir):
+    from mmrlvr.config import load_config
+    from mmrlvr.train.setup import build_run
+    from mmrlvr.train.trainer import grpo_step
+
+    (tmp_path / "shaped.py").write_text(
+        "def length(example, completion):\n    return min(len(completion), 40) / 40.0\n")
+    cfg = load_config(None, [f"model.path={tiny_vl}", f"data.train={shapes_dir / 'train.jsonl'}",
+                             "rollout.group_size=4", "rollout.max_new_tokens=8",
+                             "train.batch_prompts=2", "train.steps=1", "optim.lr=1e-2",
+                             f"train.out_dir={tmp_path / 'run'}"])
+    cfg.rewards.append({"name": f"{tmp_path / 'shaped.py'}:length", "weight": 0.5})
+    cfg.algo.shaping = [{"name": "gmts", "fraction": 0.5}, {"name": "gapo"}, {"name": "cue_grpo"}]
+    run, _ = build_run(cfg)
+    metrics = grpo_step(run, 1)
+    assert [s.name for s in run.shapers] == ["cue_grpo", "gmts", "gapo"]
+    assert metrics["shaping/gmts/kept_frac"] == pytest.approx(0.5, abs=0.1)
+    assert metrics["shaping/gapo/clip_high_mean"] > 0.28
+    assert "shaping/cue_grpo/groups_reweighted" in metrics
+    assert metrics["optim/grad_norm"] > 0 and metrics["update/skipped"] == 0.0

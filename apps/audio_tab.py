@@ -1,25 +1,29 @@
-"""Audio QA: upload or microphone → streamed answer, acoustic evidence and rubric scores.
+"""Audio QA: upload or microphone → streamed answers (trained beside base), evidence, rubrics.
 
 The clip (a file Gradio saved, or a `(sample_rate, samples)` pair) is checked (empty, silent,
 over-long, undecodable → a message), resampled to the feature extractor's rate and cut to the
-model's window, then asked through the audio adapter with the Vision QA tab's streaming
-(`vision_tab.stream_completion`: `encode` + `generation_inputs`, so the clip is encoded once).
-Before the answer streams, the tab shows the clip's acoustic evidence
-(`rewards.audio_evidence.extract_evidence`); when it ends, the static rubrics written from that
-evidence (`static_rubrics`) are checked against the answer's reasoning by the rule-based judge
-(`rewards.rubric_judges.check_satisfied`), the static fallback of the AudioRubrics reward.
+model's window, then asked through the audio adapter token by token (`apps.generate`: `encode` +
+`generation_inputs`, so the clip is encoded once), into the panels of `apps.panels`. Before the
+answers stream, the tab shows the clip's acoustic evidence
+(`rewards.audio_evidence.extract_evidence`); when they end, the static rubrics written from that
+evidence (`static_rubrics`) are checked against each answer's reasoning by the rule-based judge
+(`rewards.rubric_judges.check_satisfied`), the static fallback of the AudioRubrics reward. A
+multiple-choice question (options as `A. …` lines) with a gold letter or option gets the
+verifier's verdict. Clearing the clip clears the results.
 """
 from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from apps.common import DemoContext, UserError, check_question, explain, warn
+from apps.panels import (NO_GOLD, ask_models, build_panel, empty_panel, example_table,
+                         panel_values)
+from apps.verdicts import listed_choices
 from mmrlvr.data import DataError, Example
 
 MAX_SECONDS = 30.0
@@ -28,10 +32,11 @@ SILENCE_PEAK = 1e-3
 """A clip whose loudest sample is below this (full scale 1.0) counts as silent."""
 READ_RATE = 16000
 """Rate an uploaded file is decoded at (Qwen2-Audio's; the evidence is computed at it too)."""
-RUBRIC_HEADERS = ["rubric", "category", "weight", "satisfied"]
-
-Update = tuple[str, str, list[list[Any]], str]
-"""(completion so far, evidence markdown, rubric rows, status markdown)."""
+RUBRIC_WIDTHS = {4: ["50%", "18%", "14%", "18%"], 5: ["46%", "16%", "12%", "13%", "13%"]}
+"""Rubric table columns by count (with and without the base model): the criterion wraps."""
+Update = list[Any]
+"""trained panel (answer, verdict, reasoning, raw), base panel, evidence markdown, rubric rows,
+status markdown."""
 
 
 def check_audio(audio: Any) -> tuple[int, np.ndarray]:
@@ -103,7 +108,7 @@ def evidence_markdown(ev: dict[str, Any]) -> str:
              f"- duration: {ev['duration_s']} s",
              (f"- loudness: mean {loud['mean_db']} dBFS, peak {loud['peak_db']} dBFS "
               f"(first half {loud['first_half_db']}, second half {loud['second_half_db']})"),
-             f"- pitch: median {pitch['median_hz'] if pitch['median_hz'] is not None else '—'} Hz",
+             f"- pitch: median {'—' if pitch['median_hz'] is None else pitch['median_hz']} Hz",
              f"- sounds (onsets): {ev['onset_count']}"
              + (f" at {', '.join(f'{t:.2f}' for t in ev['onset_times_s'][:12])} s"
                 if ev["onset_times_s"] else ""),
@@ -119,98 +124,158 @@ def evidence_markdown(ev: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def rubric_rows(rubrics: list[dict[str, Any]], text: str) -> tuple[list[list[Any]], float]:
-    """Each static rubric checked against the completion's reasoning: (rows, weighted score)."""
+def rubric_headers(ctx: DemoContext) -> list[str]:
+    return ["rubric", "category", "weight",
+            *(["trained", "base"] if ctx.base is not None else ["satisfied"])]
+
+
+def rubric_rows(rubrics: list[dict[str, Any]], texts: list[str | None]
+                ) -> tuple[list[list[Any]], list[float]]:
+    """Each static rubric checked against each completion's reasoning ("—" for a model not
+    asked): (rows, weighted score per completion)."""
     from rewards.rubric_judges import JudgeError, check_satisfied, reasoning_of
 
-    reasoning = reasoning_of(text)
-    rows, total = [], 0.0
+    reasonings = [None if t is None else reasoning_of(t) for t in texts]
+    rows, totals = [], [0.0] * len(texts)
     for r in rubrics:
-        try:
-            ok = check_satisfied(r.get("check"), reasoning)
-        except JudgeError:
-            ok = None
-        if ok:
-            total += r["weight"]
-        rows.append([r["criterion"], r["category"], round(r["weight"], 3),
-                     "—" if ok is None else ("✓" if ok else "✗")])
-    rows.insert(0, ["rubric reward (weighted sum of satisfied)", "", 1.0, round(total, 3)])
-    return rows, total
+        marks = []
+        for k, reasoning in enumerate(reasonings):
+            if reasoning is None:
+                marks.append("—")
+                continue
+            try:
+                ok = check_satisfied(r.get("check"), reasoning)
+            except JudgeError:
+                ok = None
+            totals[k] += r["weight"] if ok else 0.0
+            marks.append("—" if ok is None else ("✓" if ok else "✗"))
+        rows.append([r["criterion"], r["category"], round(r["weight"], 3), *marks])
+    rows.insert(0, ["rubric reward (weighted sum of the satisfied rubrics below)", "", 1.0,
+                    *("—" if t is None else round(v, 3) for t, v in zip(texts, totals))])
+    return rows, totals
 
 
-def answer(ctx: DemoContext, audio: Any, question: str, sample: bool = False,
-           temperature: float = 1.0, max_new_tokens: int = 128) -> Iterator[Update]:
-    """The Audio QA handler: yields updates while the answer streams; never raises."""
-    from apps.vision_tab import stream_completion
-
-    text, n_tokens = "", 0
+def answer(ctx: DemoContext, audio: Any, question: str, gold: str = "", sample: bool = False,
+           temperature: float = 1.0, max_new_tokens: int = 128,
+           compare: bool = True) -> Iterator[Update]:
+    """The Audio QA handler: yields updates while the answers stream; never raises."""
+    panels = [empty_panel(), empty_panel()]
     evidence_md = ""
     try:
         rate, samples = check_audio(audio)
         question = check_question(question)
         reason = ctx.unavailable("audio", "Audio QA")
         if reason:
-            yield "", "", [], reason
+            yield [*panels[0], *panels[1], "", [], reason]
             return
         from rewards.audio_evidence import evidence_for, static_rubrics
 
-        policy = ctx.policy
-        clip, sr, note = model_clip(policy, rate, samples)
+        clip, sr, note = model_clip(ctx.policy, rate, samples)
         evidence = evidence_for((samples, rate))
         evidence_md = evidence_markdown(evidence)
         rubrics = static_rubrics(evidence, question)
-        example = Example(id="demo", prompt=question, answer="-", audios=[(clip, sr)])
-        with ctx.lock:
-            yield "", evidence_md, [], f"Generating… ({note})"
-            stream = stream_completion(policy, example, sample=bool(sample),
-                                       temperature=float(temperature),
-                                       max_new_tokens=int(max_new_tokens),
-                                       system_prompt=ctx.system_prompt,
-                                       format_prompt=ctx.format_prompt)
-            with closing(stream):  # a closed page stops generation before the lock is freed
-                for text, n_tokens in stream:
-                    yield text, evidence_md, [], "Generating…"
-        rows, total = rubric_rows(rubrics, text)
-        status = (f"✓ done: {n_tokens} tokens, {'sampled' if sample else 'greedy'} ({note}); "
-                  f"static rubric reward {total:.3f}")
-        if not text:
-            status += " — the model ended at once and produced no text"
-        yield text, evidence_md, rows, status
+        gold = (gold or "").strip()
+        example = Example(id="demo", prompt=question, answer=gold or "-", audios=[(clip, sr)],
+                          choices=listed_choices(question))
+        compare = bool(compare) and ctx.base is not None
+        names = ["trained model", "base model"]
+        texts: list[str | None] = [None, None]
+        counts = [0, 0]
+        if compare:
+            panels[1] = empty_panel("*waiting for the trained model…*")
+        yield [*panels[0], *panels[1], evidence_md, [], f"Generating… ({note})"]
+        for k, text, n_tokens, done in ask_models(
+                ctx, example, compare=compare, sample=bool(sample),
+                temperature=float(temperature), max_new_tokens=int(max_new_tokens),
+                format_prompt=ctx.format_prompt):
+            panels[k] = panel_values(text, example if gold else None, done)
+            counts[k] = n_tokens
+            if done:
+                texts[k] = text
+            yield [*panels[0], *panels[1], evidence_md, [],
+                   f"Generating with the {names[k]}… {n_tokens} tokens"]
+        rows, totals = rubric_rows(rubrics, texts[:2 if ctx.base is not None else 1])
+        made = f"trained {counts[0]} tokens" + (f", base {counts[1]}" if compare else "")
+        reward = f"static rubric reward {totals[0]:.3f}" + (
+            f" (base {totals[1]:.3f})" if compare else "")
+        status = (f"✓ done: {made}, {'sampled' if sample else 'greedy'} ({note}); {reward}")
+        if not texts[0]:
+            status += " — the trained model ended at once and produced no text"
+        if not gold and example.choices:
+            status += ". " + NO_GOLD
+        yield [*panels[0], *panels[1], evidence_md, rows, status]
     except Exception as err:  # noqa: BLE001 — shown in the status box; the server keeps serving
         message = explain(err)
         if not isinstance(err, UserError):
             warn(message)
-        yield text, evidence_md, [], message
+        yield [*panels[0], *panels[1], evidence_md, [], message]
+
+
+def cleared(audio: Any) -> list[Any]:
+    """Results of an earlier clip are gone once the clip is cleared or replaced."""
+    note = ("Clip cleared: upload or record another." if audio is None else
+            "Clip ready: press **Ask** (or Enter in the question).")
+    return [*empty_panel(), *empty_panel(), "", [], note]
+
+
+def pick_example(ctx: DemoContext, index: Any) -> list[Any]:
+    ex = ctx.info.examples[int(index)]
+    return [ex.audios[0], ex.prompt, ex.answer]
 
 
 def build(ctx: DemoContext) -> None:
     import gradio as gr
 
     reason = ctx.unavailable("audio", "Audio QA")
+    ready = reason is None
     if reason:
-        gr.Markdown(f"**{reason}**", elem_id="audio-unavailable")
-    with gr.Row():
-        with gr.Column():
-            audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="audio",
-                             elem_id="audio-input")
-            question = gr.Textbox(label="question", lines=2, elem_id="audio-question",
+        gr.Markdown(f"⚠ {reason}", elem_id="audio-unavailable", elem_classes=["unavailable"])
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5, min_width=360):
+            audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="clip",
+                             elem_id="audio-input", interactive=ready)
+            question = gr.Textbox(label="question (Enter asks; options as `A. …` lines)",
+                                  lines=1, max_lines=6, elem_id="audio-question",
+                                  interactive=ready,
                                   placeholder="How many beeps are in the clip?")
+            gold = gr.Textbox(label="gold answer (optional: a letter or option text gives the "
+                                    "verdict)", elem_id="audio-gold", interactive=ready)
             with gr.Row():
-                sample = gr.Checkbox(label="sample (otherwise greedy)", value=False)
-                temperature = gr.Slider(0.1, 2.0, value=1.0, step=0.1, label="temperature")
-                max_new = gr.Slider(8, 2048, value=128, step=8, label="max new tokens")
-            submit = gr.Button("Ask", variant="primary", elem_id="audio-submit",
-                               interactive=reason is None)
-        with gr.Column():
-            status = gr.Markdown(elem_id="audio-status")
-            answer_box = gr.Textbox(label="reasoning and answer (streamed)", lines=8,
-                                    elem_id="audio-completion")
-            evidence = gr.Markdown(elem_id="audio-evidence")
-            rubric = gr.Dataframe(headers=RUBRIC_HEADERS, label="static rubric scores",
-                                  interactive=False)
+                submit = gr.Button("Ask", variant="primary", elem_id="audio-submit",
+                                   interactive=ready, scale=2)
+                compare = gr.Checkbox(label="compare with the base model", value=True,
+                                      visible=ctx.base is not None and ready, scale=1)
+            status = gr.Markdown(elem_id="audio-status", elem_classes=["status"])
+            with gr.Accordion("generation settings", open=False):
+                with gr.Row():
+                    sample = gr.Checkbox(label="sample (otherwise greedy)", value=False,
+                                         elem_id="audio-sample")
+                    temperature = gr.Slider(0.1, 2.0, value=1.0, step=0.1, label="temperature")
+                    max_new = gr.Slider(8, 2048, value=128, step=8, label="max new tokens",
+                                        elem_id="audio-max-new")
+            examples = example_table(ctx, "audio", ready)
+        with gr.Column(scale=7, min_width=420, visible=ready):
+            with gr.Row(equal_height=False):
+                with gr.Column(min_width=200):
+                    trained = build_panel("audio", "trained model")
+                with gr.Column(min_width=200, visible=ctx.base is not None):
+                    base = build_panel("audio-base", "base model", ctx.base_path)
+            rubric = gr.Dataframe(headers=rubric_headers(ctx), label="static rubric scores",
+                                  interactive=False, wrap=True, max_height=420,
+                                  elem_id="audio-rubrics", elem_classes=["plain-table"],
+                                  column_widths=RUBRIC_WIDTHS[len(rubric_headers(ctx))])
+            with gr.Accordion("acoustic evidence", open=False):
+                evidence = gr.Markdown(elem_id="audio-evidence")
 
-    def on_ask(audio, question, sample, temperature, max_new):
-        yield from answer(ctx, audio, question, sample, temperature, max_new)
+    def on_ask(audio, question, gold, sample, temperature, max_new, compare):
+        yield from answer(ctx, audio, question, gold, sample, temperature, max_new, compare)
 
-    submit.click(on_ask, [audio, question, sample, temperature, max_new],
-                 [answer_box, evidence, rubric, status], api_name="audio_answer")
+    outputs = [*trained.outputs(), *base.outputs(), evidence, rubric, status]
+    inputs = [audio, question, gold, sample, temperature, max_new, compare]
+    submit.click(on_ask, inputs, outputs, api_name="audio_answer", show_progress="hidden")
+    question.submit(on_ask, inputs, outputs, api_name="audio_answer_enter",
+                    show_progress="hidden")
+    audio.change(cleared, audio, outputs, api_name="audio_cleared", show_progress="hidden")
+    if examples is not None:
+        examples.click(lambda i: pick_example(ctx, i), examples, [audio, question, gold],
+                       api_name="audio_example", show_progress="hidden")

@@ -1,7 +1,9 @@
-"""What every demo tab shares: the loaded model (or why there is none), input checks, guards.
+"""What every demo tab shares: the loaded models (or why there are none), input checks, guards.
 
 A handler never lets an exception reach Gradio: bad input becomes a `UserError` whose message is
 shown as it is; anything else is logged with its traceback on the server and shown as one line.
+A tab whose modality the loaded model lacks says so and names the exact command that would load
+a suitable model (`load_command`).
 """
 from __future__ import annotations
 
@@ -11,19 +13,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from PIL import Image, UnidentifiedImageError
 
 import modalities
+from apps.runinfo import RunInfo
 from mmrlvr.data import DataError, Example
 
 log = logging.getLogger("mmrlvr.demo")
 
-NO_MODEL = "No model is loaded: start the demo with `mmrlvr demo --model DIR` to use this tab."
 MAX_SOURCE_PIXELS = 64_000_000
 """Largest uploaded image (before resizing to the adapter's max_pixels): ~8000×8000."""
 MAX_IMAGES = 8
 """Most images one question may carry."""
+SUGGESTED: dict[str, tuple[str, str]] = {
+    "vision": ("runs/quickstart", "`bash scripts/quickstart.sh`"),
+    "audio": ("runs/tones_grpo", "the steps at the top of `configs/tones_cpu.yaml`"),
+    "image_translation": ("runs/banners-grpo",
+                          "the steps at the top of `configs/banners_cpu.yaml`"),
+}
+"""Per modality: the run dir the shipped CPU recipe writes, and how to train it."""
+KIND = {"vision": "vision-language", "audio": "audio-language",
+        "image_translation": "image-translation (TransAnyText)"}
 
 
 class UserError(ValueError):
@@ -46,52 +56,58 @@ def warn(message: str) -> None:
     gr.Warning(message)
 
 
+def load_command(modality: str) -> str:
+    """The exact command that starts the demo with a `modality` model (and how to train one
+    where this machine has none yet)."""
+    run, how = SUGGESTED.get(modality, ("runs/NAME", "`mmrlvr train CONFIG.yaml`"))
+    command = f"`mmrlvr demo --model {run}/final --run {run}`"
+    if not (Path(run) / "final").is_dir():
+        command += f" (there is no `{run}/final` here yet: train it with {how})"
+    return command
+
+
 @dataclass
 class DemoContext:
-    """What the tabs read: the policy (None without `--model`), the run dir, prompt settings."""
+    """What the tabs read: the policy (None without `--model`), the model it is compared with,
+    the run it came from, prompt settings."""
 
     policy: Any = None
     model_path: str = ""
     run_dir: str = ""
     system_prompt: str = ""
     format_prompt: str = ""
+    base: Any = None
+    """The model the trained one is compared with (`--compare`; None: no comparison)."""
+    base_path: str = ""
+    info: RunInfo = field(default_factory=RunInfo)
+    model_config: Any = None
+    """The `ModelConfig` the policy was loaded with (a checkpoint switch reuses it)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
-    """One generation at a time: tabs share the model."""
+    """One generation at a time: tabs share the models."""
+
+    @property
+    def modality(self) -> str:
+        """The loaded model's adapter name (empty without a model)."""
+        return getattr(self.policy.adapter, "name", "") if self.policy is not None else ""
 
     def unavailable(self, modality: str, tab: str) -> str | None:
-        """Why `tab` cannot run `modality` here, or None when it can."""
+        """Why `tab` cannot run `modality` here, with the command that would load a model for
+        it; None when it can."""
         try:
             modalities.get(modality)
         except KeyError:
             return (f"{tab} is not available yet: mmrlvr has no `{modality}` modality adapter. "
-                    "The tab lights up when `modalities.get(\"" + modality + "\")` exists.")
+                    f"The tab lights up when `modalities.get(\"{modality}\")` exists.")
+        kind = KIND.get(modality, modality)
+        kind = ("an " if kind[0] in "aeiou" else "a ") + kind
         if self.policy is None:
-            return NO_MODEL
-        name = getattr(self.policy.adapter, "name", "?")
-        if name != modality:
-            return (f"{tab} needs a model loaded with the `{modality}` adapter; "
-                    f"`{self.model_path}` is loaded with `{name}`.")
+            return (f"No model is loaded. {tab} needs {kind} model: start the demo with "
+                    f"{load_command(modality)}.")
+        if self.modality != modality:
+            return (f"{tab} needs {kind} model (the `{modality}` adapter); `{self.model_path}`"
+                    f" is loaded with `{self.modality}`. Start the demo with "
+                    f"{load_command(modality)}.")
         return None
-
-
-def run_config(run_dir: str | Path | None, model_path: str | Path | None = None) -> dict[str, Any]:
-    """The resolved `config.yaml` of a run: RUN_DIR's, else the nearest one above the model dir.
-
-    A checkpoint (`runs/NAME/checkpoints/step-N`) or a run's `final/` model finds its run's config,
-    so the demo prompts the model the way it was trained.
-    """
-    candidates = [Path(run_dir) / "config.yaml"] if run_dir else []
-    if model_path and Path(model_path).exists():
-        candidates += [p / "config.yaml" for p in list(Path(model_path).resolve().parents)[:3]]
-    for path in candidates:
-        if path.is_file():
-            try:
-                loaded = yaml.safe_load(path.read_text())
-            except yaml.YAMLError:
-                continue
-            if isinstance(loaded, dict):
-                return loaded
-    return {}
 
 
 def open_image(path: Any, label: str) -> Image.Image:

@@ -1,33 +1,50 @@
-"""Robustness: one sample through every stress operator; answers in a table, flips marked.
+"""Robustness: one sample through every stress operator that applies; rows fill in as they finish.
 
-The operators are the library's (`mmrlvr.stress.ops.OPERATORS`, the ones `mmrlvr stress` uses),
-applied with `stress_ops.apply(op, example, format_prompt, seed)`: every operator that applies to
-the sample runs, the rest (a `None` variant) are skipped — image operators need an image, the
-option operators and the task-altering `mc_to_open` need listed options with a gold answer, audio
-operators need audio. Image operators act on the image the model sees (after resizing to the
-adapter's min/max pixels). Every variant is answered greedily by the `hf` rollout engine, one
-batch per format instruction. A *flip* is a variant whose extracted answer differs from the clean
-one's (compared by `rewards.verify.match`; with options, a letter counts as its option's text,
-so a shuffle that moves the chosen option is no flip). Task-altering rows are marked as such.
+The operators are the library's (`mmrlvr.stress.OPERATORS`, the ones `mmrlvr stress` uses),
+applied with `stress.apply(op, example, format_prompt, seed)`. Only the loaded modality's kinds
+are offered (an image model: text, image and task-altering operators; an audio model: text, audio
+and task-altering); of those, the ones that do not apply to this sample (a `None` variant: option
+operators without options, no reviewed paraphrase rule) are named with the reason. Media
+operators act on what the model sees (the image after resizing to the adapter's bounds). Each
+variant is answered greedily by the `hf` rollout engine, one at a time, so the table grows row by
+row. A *flip* is a variant whose extracted answer differs from the clean one's (compared by
+`rewards.verify.match`; with options, a letter counts as its option's text, so a shuffle that
+moves the chosen option is no flip). The held-out prompt templates and the irrelevant sentences
+of `mmrlvr.stress` are medical; for other data the demo draws them from `DOMAIN_TEXT` instead.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Iterator
 from typing import Any
 
-from PIL import Image
-
 from apps.common import DemoContext, UserError, check_question, explain, prepare_images, warn
+from apps.runinfo import question_domain
+from mmrlvr.core.templates import render, split_options, with_options
 from mmrlvr.data import Example
-from mmrlvr.stress import OPERATORS, Variant, apply, gold_index
-from mmrlvr.core.templates import with_options
+from mmrlvr.stress import OPERATORS, Operator, Variant, apply, gold_index
 from rewards.verify import extract_answer, match
 
 TABLE_HEADERS = ["operator", "kind", "question", "answer", "correct", "flip", "completion"]
 KIND_LABELS = {"text": "text", "image": "image", "audio": "audio", "task": "task-altering"}
+KINDS = {"vision": ("text", "image", "task"), "audio": ("text", "audio", "task")}
 SEED = 0
 MAX_CHOICES = 26
 _LABEL = re.compile(r"^\(?([A-Za-z])[.)]\s+")
+DOMAIN_TEXT: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "image": (("Examine the image carefully before answering. {question}",
+               "Here is a question about the picture. {question}"),
+              ("This picture was drawn for a quiz.", "The file was saved yesterday.")),
+    "audio": (("Listen to the clip carefully before answering. {question}",
+               "Here is a question about the recording. {question}"),
+              ("This clip was recorded for a quiz.", "The file was saved yesterday.")),
+}
+"""Held-out templates (none a training one; the first image one is the library's only
+domain-free one) and irrelevant sentences for non-medical samples, by media kind."""
+WHY_NOT = {"paraphrase": "no reviewed rewrite rule matches the question",
+           "option_shuffle": "needs options and a gold answer",
+           "option_relabel": "needs options", "mc_to_open": "needs options and a gold answer"}
 
 
 def parse_choices(choices: Any) -> list[str] | None:
@@ -50,26 +67,58 @@ def parse_choices(choices: Any) -> list[str] | None:
     return out
 
 
-def make_example(images: list[Image.Image], question: str, gold: str = "",
-                 choices: list[str] | None = None) -> Example:
+def make_example(media: list[Any], question: str, gold: str = "",
+                 choices: list[str] | None = None, audio: bool = False) -> Example:
     """The clean sample: options listed under the question as training and `mmrlvr stress` do."""
     ex = Example(id="demo", prompt=with_options(question, choices), answer=gold or "-",
-                 images=list(images), choices=choices)
+                 choices=choices, **{"audios" if audio else "images": list(media)})
     if choices and gold_index(ex) is None:
         raise UserError("With options, give the gold answer as an option's letter or its text "
                         f"(got {gold!r}).")
     return ex
 
 
-def variants(example: Example, format_prompt: str = "", seed: int = SEED
-             ) -> list[tuple[str, str, Variant]]:
-    """(operator, kind, variant) for the clean sample and every operator that applies to it."""
-    out = [("clean", "-", Variant(example, format_prompt))]
-    for name, op in OPERATORS.items():
+def domain_operators(domain: str, media: str) -> dict[str, Operator]:
+    """`template_swap` and `irrelevant_context` drawing from text that fits the sample's domain
+    (the library's own for medical samples)."""
+    if domain == "medical":
+        return {}
+    templates, sentences = DOMAIN_TEXT[media]
+
+    def swap(ex, fmt, rng):
+        return Variant(dataclasses.replace(ex, prompt=render(rng.choice(templates), ex.prompt)),
+                       fmt)
+
+    def context(ex, fmt, rng):
+        return Variant(dataclasses.replace(ex, prompt=f"{rng.choice(sentences)} {ex.prompt}"),
+                       fmt)
+
+    return {"template_swap": dataclasses.replace(OPERATORS["template_swap"], fn=swap),
+            "irrelevant_context": dataclasses.replace(OPERATORS["irrelevant_context"],
+                                                      fn=context)}
+
+
+def operators(modality: str, domain: str = "general") -> dict[str, Operator]:
+    """The operators that can apply to a `modality` sample, in report order."""
+    media = "audio" if modality == "audio" else "image"
+    chosen = {n: op for n, op in OPERATORS.items() if op.kind in KINDS.get(modality, ())}
+    return {**chosen, **{n: op for n, op in domain_operators(domain, media).items()
+                         if n in chosen}}
+
+
+def variants(example: Example, format_prompt: str = "", seed: int = SEED,
+             modality: str = "vision", domain: str = "general"
+             ) -> tuple[list[tuple[str, str, Variant]], list[str]]:
+    """(operator, kind, variant) for the clean sample and every operator that applies to it, and
+    the names of the modality's operators that do not apply (with the reason)."""
+    out, skipped = [("clean", "-", Variant(example, format_prompt))], []
+    for name, op in operators(modality, domain).items():
         v = apply(op, example, format_prompt, seed)
-        if v is not None:
+        if v is None:
+            skipped.append(f"{name} ({WHY_NOT.get(name, 'does not apply to this sample')})")
+        else:
             out.append((name, KIND_LABELS.get(op.kind, op.kind), v))
-    return out
+    return out, skipped
 
 
 def canonical(answer: str | None, choices: list[str] | None) -> str | None:
@@ -110,90 +159,131 @@ def table(cases: list[tuple[str, str, Variant]], texts: list[str], gold: str = "
     return rows, flips
 
 
-def answer_all(ctx: DemoContext, cases: list[tuple[str, str, Variant]], max_new_tokens: int
-               ) -> list[str]:
-    """Greedy completions for every case, in order; one batch per format instruction."""
-    from mmrlvr.rollout import SamplingParams, make_engine
+def answer_one(ctx: DemoContext, engine: Any, variant: Variant, max_new_tokens: int) -> str:
+    """The greedy completion of one variant (the `hf` rollout engine, as `mmrlvr stress`)."""
+    from mmrlvr.rollout import SamplingParams
 
     policy = ctx.policy
-    engine = make_engine("hf", policy)
-    groups: dict[str, list[int]] = {}
-    for i, (_, _, v) in enumerate(cases):
-        groups.setdefault(v.format_prompt, []).append(i)
-    texts = [""] * len(cases)
-    for fmt, idx in groups.items():
-        batch = policy.adapter.encode([cases[i][2].example for i in idx], policy.processor,
-                                      system_prompt=ctx.system_prompt, format_prompt=fmt)
-        out = engine.generate(batch, SamplingParams(max_new_tokens=int(max_new_tokens),
-                                                    greedy=True))
-        for i, text in zip(idx, out.texts):
-            texts[i] = text
-    return texts
+    batch = policy.adapter.encode([variant.example], policy.processor,
+                                  system_prompt=ctx.system_prompt,
+                                  format_prompt=variant.format_prompt)
+    out = engine.generate(batch, SamplingParams(max_new_tokens=int(max_new_tokens), greedy=True))
+    return out.texts[0]
 
 
-def run(ctx: DemoContext, files: Any, question: str, gold: str = "",
-        max_new_tokens: int = 64, choices: Any = ""
-        ) -> tuple[list[list[Any]], list[tuple[Image.Image, str]], str]:
-    """The Robustness handler: (table rows, images with captions, status); never raises."""
-    reason = ctx.unavailable("vision", "Robustness")
+def clean_sample(ctx: DemoContext, media: Any, question: str, gold: str, choices: Any
+                 ) -> Example:
+    """The uploaded image (resized as the model sees it) or clip, and the question, checked."""
+    question = check_question(question)
+    options = parse_choices(choices)
+    if ctx.modality == "audio":
+        from apps.audio_tab import check_audio
+
+        rate, samples = check_audio(media)
+        return make_example([(samples, rate)], question, gold, options, audio=True)
+    images, _ = prepare_images(ctx.policy, media)
+    return make_example(images, question, gold, options)
+
+
+def run(ctx: DemoContext, media: Any, question: str, gold: str = "", max_new_tokens: int = 64,
+        choices: Any = "") -> Iterator[tuple[list[list[Any]], list[Any], str]]:
+    """The Robustness handler: yields (table rows so far, images with captions, status) as each
+    operator finishes; never raises."""
+    modality = ctx.modality if ctx.modality in KINDS else "vision"
+    reason = ctx.unavailable(modality, "Robustness")
     if reason:
-        return [], [], reason
+        yield [], [], reason
+        return
+    rows: list[list[Any]] = []
     try:
-        question = check_question(question)
-        options = parse_choices(choices)
-        images, _ = prepare_images(ctx.policy, files)
         gold = (gold or "").strip()
-        cases = variants(make_example(images, question, gold, options), ctx.format_prompt)
+        example = clean_sample(ctx, media, question, gold, choices)
+        domain = question_domain(ctx.info, question)
+        cases, skipped = variants(example, ctx.format_prompt, modality=modality, domain=domain)
+        from mmrlvr.rollout import make_engine
+
+        engine = make_engine("hf", ctx.policy)
+        texts: list[str] = []
         with ctx.lock:
-            texts = answer_all(ctx, cases, max_new_tokens)
+            for k, (name, _, variant) in enumerate(cases):
+                yield rows, [], f"Running **{name}** ({k + 1} of {len(cases)})…"
+                texts.append(answer_one(ctx, engine, variant, max_new_tokens))
+                rows, _ = table(cases[:k + 1], texts, gold)
         rows, flips = table(cases, texts, gold)
         gallery = [(v.example.images[0], name) for name, kind, v in cases
                    if kind in ("-", "image") and v.example.images]
-        skipped = len(OPERATORS) - (len(cases) - 1)
         n_task = sum(kind == KIND_LABELS["task"] for _, kind, _ in cases)
-        status = (f"✓ {len(cases) - 1} operators, {flips} flipped the clean answer "
-                  f"(clean answer: {rows[0][3]}); {skipped} did not apply to this sample")
-        status += f"; {n_task} task-altering." if n_task else "."
-        return rows, gallery, status
+        status = (f"✓ {len(cases) - 1} operators ran, {flips} flipped the clean answer "
+                  f"(clean answer: {rows[0][3]})")
+        status += f"; {n_task} task-altering" if n_task else ""
+        status += (f". Did not apply to this sample: {'; '.join(skipped)}." if skipped else
+                   ". Every operator applied.")
+        yield rows, gallery, status
     except Exception as err:  # noqa: BLE001 — shown in the status box; the server keeps serving
         message = explain(err)
         if not isinstance(err, UserError):
             warn(message)
-        return [], [], message
+        yield rows, [], message
+
+
+def pick_example(ctx: DemoContext, index: Any) -> list[Any]:
+    ex = ctx.info.examples[int(index)]
+    stem, listed = split_options(ex.prompt, ex.choices)
+    media = ex.audios[0] if ctx.modality == "audio" else ex.images[0]
+    return [media, stem.strip(), ex.answer, "\n".join(ex.choices or []) if listed else ""]
 
 
 def build(ctx: DemoContext) -> None:
     import gradio as gr
 
-    reason = ctx.unavailable("vision", "Robustness")
+    from apps.panels import example_table
+
+    modality = ctx.modality if ctx.modality in KINDS else "vision"
+    reason = ctx.unavailable(modality, "Robustness")
     if reason:
-        gr.Markdown(f"**{reason}**")
+        gr.Markdown(f"⚠ {reason}", elem_id="robust-unavailable", elem_classes=["unavailable"])
     by_kind: dict[str, list[str]] = {}
-    for name, op in OPERATORS.items():
+    for name, op in operators(modality).items():
         by_kind.setdefault(KIND_LABELS.get(op.kind, op.kind), []).append(name)
-    listing = "; ".join(f"{kind} — {', '.join(names)}" for kind, names in by_kind.items())
-    gr.Markdown("One sample through every stress operator of `mmrlvr stress` that applies to it "
-                f"({listing}). Option operators need options and a gold answer. Greedy answers; "
-                "a flip is an answer that differs from the clean one.")
-    with gr.Row():
-        with gr.Column(scale=1):
-            image = gr.File(label="image", file_types=["image"], elem_id="robust-file")
-            question = gr.Textbox(label="question", lines=2)
-            gold = gr.Textbox(label="gold answer (optional; needed with options)")
-            options = gr.Textbox(label="options (optional, one per line)", lines=3)
-            max_new = gr.Slider(8, 1024, value=64, step=8, label="max new tokens")
-            submit = gr.Button("Run every operator", variant="primary",
-                               interactive=reason is None)
-        with gr.Column(scale=2):
-            status = gr.Markdown()
-            table = gr.Dataframe(headers=TABLE_HEADERS, label="answers", interactive=False,
-                                 wrap=True, max_height=600,
-                                 column_widths=["13%", "9%", "25%", "13%", "7%", "7%", "26%"])
-            gallery = gr.Gallery(label="what the model saw", columns=7, height=200,
-                                 object_fit="contain")
+    listing = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in by_kind.items())
+    gr.Markdown(f"One sample through the stress operators of `mmrlvr stress` for a {modality} "
+                f"model ({listing}). Option operators and `mc_to_open` need listed options and "
+                "a gold answer. Greedy answers; a flip is an answer that differs from the clean "
+                "one.", elem_classes=["note"])
+    ready = reason is None
+    media_label, types = (("clip", ["audio"]) if modality == "audio" else ("image", ["image"]))
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=4, min_width=320):
+            media = gr.File(label=media_label, file_types=types, elem_id="robust-file",
+                            height=110, interactive=ready)
+            question = gr.Textbox(label="question (Enter runs)", lines=1, max_lines=4,
+                                  elem_id="robust-question", interactive=ready)
+            with gr.Row():
+                gold = gr.Textbox(label="gold answer (needed with options)",
+                                  elem_id="robust-gold", interactive=ready)
+                options = gr.Textbox(label="options (one per line)", lines=1, max_lines=6,
+                                     elem_id="robust-options", interactive=ready)
+            with gr.Accordion("generation settings", open=False):
+                max_new = gr.Slider(8, 1024, value=64, step=8, label="max new tokens")
+        with gr.Column(scale=5, min_width=320):
+            submit = gr.Button("Run every operator", variant="primary", interactive=ready,
+                               elem_id="robust-submit")
+            status = gr.Markdown(elem_id="robust-status", elem_classes=["status"])
+            examples = example_table(ctx, modality, ready, per_page=4, elem="robust")
+    result = gr.Dataframe(headers=TABLE_HEADERS, label="answers", interactive=False, wrap=True,
+                          max_height=2000, elem_id="robust-table", elem_classes=["plain-table"],
+                          column_widths=["12%", "8%", "28%", "11%", "7%", "7%", "27%"])
+    gallery = gr.Gallery(label="what the model saw", columns=7, height=180, object_fit="contain",
+                         visible=modality != "audio")
 
-    def on_run(image, question, gold, options, max_new):
-        return run(ctx, image, question, gold, max_new, options)
+    def on_run(media, question, gold, options, max_new):
+        yield from run(ctx, media, question, gold, max_new, options)
 
-    submit.click(on_run, [image, question, gold, options, max_new], [table, gallery, status],
-                 api_name="robustness")
+    inputs = [media, question, gold, options, max_new]
+    submit.click(on_run, inputs, [result, gallery, status], api_name="robustness",
+                 show_progress="hidden")
+    question.submit(on_run, inputs, [result, gallery, status], api_name="robustness_enter",
+                    show_progress="hidden")
+    if examples is not None:
+        examples.click(lambda i: pick_example(ctx, i), examples, [media, question, gold, options],
+                       api_name="robustness_example", show_progress="hidden")

@@ -52,7 +52,7 @@ def translate(ctx: DemoContext, image: Any, language: str,
 def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Result:
     import time
 
-    from apps.vision_tab import stream_completion
+    from apps.generate import stream_completion
     from mmrlvr.patches.schema import to_html
     from mmrlvr.translate import compose, patch_from_completion
     from modalities.image_translation import language_name, make_example
@@ -90,29 +90,50 @@ def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Resu
     return erased, to_html(patch, indent=True), final, status
 
 
+def pick_example(ctx: DemoContext, index: Any) -> list[Any]:
+    from modalities.image_translation import language_name
+
+    ex = ctx.info.examples[int(index)]
+    lang = language_name(str(ex.meta.get("target_lang", "")))
+    return [ex.images[0], lang, f"Example `{ex.id}` loaded: press **Translate**."]
+
+
 def build(ctx: DemoContext) -> None:
     import gradio as gr
 
+    from apps.panels import example_table
+
     reason = ctx.unavailable("image_translation", "Image translation")
+    ready = reason is None
     if reason:
-        gr.Markdown(f"**{reason}**", elem_id="translation-unavailable")
-    with gr.Row():
-        with gr.Column():
-            image = gr.File(label="image with text", file_types=["image"],
-                            elem_id="translation-image")
+        gr.Markdown(f"⚠ {reason}", elem_id="translation-unavailable",
+                    elem_classes=["unavailable"])
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5, min_width=360):
+            image = gr.File(label="image with text", file_types=["image"], height=130,
+                            elem_id="translation-image", interactive=ready)
             language = gr.Dropdown(LANGUAGES, value="English", label="target language",
-                                   allow_custom_value=True)
-            max_new = gr.Slider(16, 2048, value=MAX_NEW_TOKENS, step=16, label="max new tokens")
+                                   allow_custom_value=True, interactive=ready)
             submit = gr.Button("Translate", variant="primary", elem_id="translation-submit",
-                               interactive=reason is None)
-        with gr.Column():
-            status = gr.Markdown(elem_id="translation-status")
-            erased = gr.Image(label="erased background", interactive=False, type="pil")
+                               interactive=ready)
+            status = gr.Markdown(elem_id="translation-status", elem_classes=["status"])
+            with gr.Accordion("generation settings", open=False):
+                max_new = gr.Slider(16, 2048, value=MAX_NEW_TOKENS, step=16,
+                                    label="max new tokens")
+            examples = example_table(ctx, "image_translation", ready)
+        with gr.Column(scale=7, min_width=420, visible=ready):
+            with gr.Row():
+                erased = gr.Image(label="erased background", interactive=False, type="pil",
+                                  height=220)
+                rendered = gr.Image(label="rendered result", interactive=False, type="pil",
+                                    height=220)
             patch = gr.Code(label="HTML patch", language="html")
-            rendered = gr.Image(label="rendered result", interactive=False, type="pil")
 
     def on_translate(image, language, max_new):
         return translate(ctx, image, language, max_new)
 
     submit.click(on_translate, [image, language, max_new], [erased, patch, rendered, status],
                  api_name="translate")
+    if examples is not None:
+        examples.click(lambda i: pick_example(ctx, i), examples, [image, language, status],
+                       api_name="translation_example", show_progress="hidden")

@@ -1,162 +1,84 @@
-"""Vision QA: image(s) + question → streamed reasoning and answer, verdict and reward breakdown.
+"""Vision QA: image(s) + question → the trained model's answer beside the base model's, verdicts.
 
-Generation is transformers `generate` in a thread feeding a `TextIteratorStreamer`, with the
-media placeholder tokens suppressed exactly as the `hf` rollout engine does. With a gold answer,
-the final text is scored by the training rewards (accuracy 0.9 + format 0.1) and
-`rewards.verify.extract_answer`/`match` give the verdict.
+Each answer streams token by token (`apps.generate.stream_completion`, the `hf` rollout engine's
+prompt and suppression) into a panel that keeps the reasoning and the final answer apart, the raw
+completion one click away (`apps.panels`). With a gold answer (typed, or from a clicked example),
+each completion gets the verifier's verdict and the training rewards, one explained row each
+(`apps.verdicts`). Enter in the question box asks.
 """
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from contextlib import closing
 from typing import Any
 
-import torch
-
 from apps.common import DemoContext, UserError, check_question, explain, prepare_images, warn
+from apps.panels import (NO_GOLD, ask_models, build_panel, empty_panel, example_table,
+                         panel_values)
+from apps.verdicts import listed_choices, reward_rows, reward_specs
 from mmrlvr.data import Example
-from mmrlvr.core.types import to_device
-from rewards.base import build_combined
-from rewards.verify import extract_answer, match
 
-REWARDS = [{"name": "accuracy", "weight": 0.9}, {"name": "format", "weight": 0.1}]
-BREAKDOWN_HEADERS = ["component", "weight", "score"]
-STREAM_TIMEOUT_S = 600.0
-"""Longest wait for the next token before the stream gives up (a hung generate thread)."""
-
-Update = tuple[str, str, str, list[list[Any]], str]
-"""(completion so far, extracted answer, verdict markdown, breakdown rows, status markdown)."""
+IMAGE_TYPES = {"png", "jpg", "jpeg", "webp", "bmp", "gif", "tif", "tiff"}
+WIDTHS = {4: ["26%", "12%", "12%", "50%"], 5: ["24%", "12%", "12%", "12%", "40%"]}
+"""Reward table columns by count (with and without the base model): the explanation wraps."""
+Update = list[Any]
+"""trained panel (answer, verdict, reasoning, raw), base panel (the same), reward rows, status."""
 
 
-class _Stop:
-    """Stopping criterion that ends generation when the reader goes away (tab closed, new ask)."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.steps = 0
-        """Tokens generated so far (the criterion runs once per new token)."""
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: Any) -> torch.Tensor:
-        self.steps += 1
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool,
-                          device=input_ids.device)
-
-
-def stream_completion(policy: Any, example: Example, *, sample: bool, temperature: float,
-                      max_new_tokens: int, system_prompt: str = "",
-                      format_prompt: str = "") -> Iterator[tuple[str, int]]:
-    """Yield (completion text so far, tokens generated) as it grows (one prompt, any adapter).
-
-    The prompt goes through the adapter's `encode` and `generation_inputs` as in the `hf` rollout
-    engine (the audio adapter encodes the clip once and hands `generate` its `inputs_embeds`).
-    """
-    from transformers import StoppingCriteriaList, TextIteratorStreamer
-
-    batch = policy.adapter.encode([example], policy.processor, system_prompt=system_prompt,
-                                  format_prompt=format_prompt)
-    inputs = to_device(batch.inputs, policy.device, policy.dtype)
-    streamer = TextIteratorStreamer(policy.tokenizer, skip_prompt=True, skip_special_tokens=True,
-                                    timeout=STREAM_TIMEOUT_S)
-    stop = _Stop()
-    kwargs = {"max_new_tokens": int(max_new_tokens), "eos_token_id": policy.eos_ids,
-              "pad_token_id": policy.pad_id, "suppress_tokens": policy.placeholder_ids,
-              "streamer": streamer, "stopping_criteria": StoppingCriteriaList([stop])}
-    if sample:
-        kwargs.update(do_sample=True, temperature=float(temperature), top_p=1.0, top_k=None)
-    else:
-        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            with torch.no_grad():
-                policy.model.generate(**inputs, **kwargs)
-        except BaseException as err:  # noqa: BLE001 — re-raised in the reader below
-            failure.append(err)
-            streamer.end()
-
-    was_training = policy.model.training
-    policy.model.eval()
-    try:
-        with torch.no_grad():
-            inputs = policy.adapter.generation_inputs(policy.base_model(), batch, inputs)
-    except BaseException:
-        policy.model.train(was_training)
-        raise
-    thread = threading.Thread(target=run, name="demo-generate", daemon=True)
-    thread.start()
-    text = ""
-    try:
-        for piece in streamer:
-            text += piece
-            yield text, stop.steps
-    finally:
-        stop.event.set()
-        thread.join()
-        policy.model.train(was_training)
-    if failure:
-        raise failure[0]
-
-
-def verdict(example: Example, text: str) -> tuple[str, list[list[Any]]]:
-    """The verifier's verdict (markdown) and the reward breakdown rows for a final completion."""
-    answer = extract_answer(text)
-    combined = build_combined(REWARDS)
-    scores = combined.score(example, [text])[0]
-    rows = [["overall (weighted sum)", "", round(scores["overall"], 4)]]
-    for name, weight, _ in combined.parts:
-        rows.append([name, weight, round(scores[name], 4)])
-        rows += [[key, "", round(value, 4)] for key, value in scores.items()
-                 if key.startswith(f"{name}/")]
-    gold = f"`{example.answer}`"
-    if answer is None:
-        md = (f"**No answer found** (scores 0): no `<answer>…</answer>`, `\\boxed{{}}` or "
-              f"\"the answer is …\" in the completion. Gold: {gold}.")
-    elif match(answer, example.answer, example.choices):
-        md = f"✓ **Correct**: the extracted answer `{answer}` matches the gold {gold}."
-    else:
-        md = f"✗ **Wrong**: the extracted answer `{answer}` does not match the gold {gold}."
-    return md, rows
+def reward_headers(ctx: DemoContext) -> list[str]:
+    scores = ["trained", "base"] if ctx.base is not None else ["score"]
+    return ["reward", "weight", *scores, "what it counts"]
 
 
 def answer(ctx: DemoContext, files: Any, question: str, gold: str = "", sample: bool = False,
            temperature: float = 1.0, max_new_tokens: int = 128,
-           format_prompt: str | None = None) -> Iterator[Update]:
-    """The Vision QA handler: yields updates while the answer streams; never raises."""
+           format_prompt: str | None = None, compare: bool = True) -> Iterator[Update]:
+    """The Vision QA handler: yields updates while the answers stream; never raises."""
     reason = ctx.unavailable("vision", "Vision QA")
     if reason:
-        yield "", "", "", [], reason
+        yield [*empty_panel(), *empty_panel(), [], reason]
         return
-    policy, text, n_tokens = ctx.policy, "", 0
+    panels = [empty_panel(), empty_panel()]
     try:
         question = check_question(question)
-        images, notes = prepare_images(policy, files)
+        images, notes = prepare_images(ctx.policy, files)
         gold = (gold or "").strip()
-        example = Example(id="demo", prompt=question, answer=gold or "-", images=images)
+        example = Example(id="demo", prompt=question, answer=gold or "-", images=images,
+                          choices=listed_choices(question))
+        judged = example if gold else None
         fmt = ctx.format_prompt if format_prompt is None else format_prompt
         sizes = "; ".join(notes)
-        pending = "" if gold else "Type a gold answer to see the verifier's verdict and rewards."
-        with ctx.lock:
-            yield "", "", pending, [], f"Generating… ({sizes})"
-            stream = stream_completion(policy, example, sample=bool(sample),
-                                       temperature=float(temperature),
-                                       max_new_tokens=int(max_new_tokens),
-                                       system_prompt=ctx.system_prompt, format_prompt=fmt)
-            with closing(stream):  # a closed page stops generation before the lock is freed
-                for text, n_tokens in stream:
-                    yield text, extract_answer(text) or "", pending, [], "Generating…"
-        extracted = extract_answer(text)
-        md, rows = verdict(example, text) if gold else (pending, [])
-        status = f"✓ done: {n_tokens} tokens, {'sampled' if sample else 'greedy'} ({sizes})"
-        if not text:
-            status += " — the model ended at once and produced no text"
-        yield text, extracted or "(no answer extracted)", md, rows, status
+        compare = bool(compare) and ctx.base is not None
+        names = ["trained model", "base model"]
+        texts: list[str | None] = [None, None]
+        counts = [0, 0]
+        panels[1] = empty_panel("*waiting for the trained model…*" if compare else "")
+        yield [*panels[0], *panels[1], [], f"Generating with the trained model… ({sizes})"]
+        for k, text, n_tokens, done in ask_models(
+                ctx, example, compare=compare, sample=bool(sample),
+                temperature=float(temperature), max_new_tokens=int(max_new_tokens),
+                format_prompt=fmt):
+            panels[k] = panel_values(text, judged, done)
+            counts[k] = n_tokens
+            if done:
+                texts[k] = text
+            status = (f"Generating with the {names[k]}… {n_tokens} tokens" if not done else
+                      f"Generating with the {names[1]}…" if k == 0 and compare else "Scoring…")
+            yield [*panels[0], *panels[1], [], status]
+        rows = reward_rows(example, texts[:2 if ctx.base is not None else 1],
+                           reward_specs(ctx.info.config)) if gold else []
+        how = "sampled" if sample else "greedy"
+        made = f"trained {counts[0]} tokens" + (f", base {counts[1]}" if compare else "")
+        status = f"✓ done: {made}, {how} ({sizes})"
+        if not texts[0]:
+            status += " — the trained model ended at once and produced no text"
+        if not gold:
+            status += ". " + NO_GOLD
+        yield [*panels[0], *panels[1], rows, status]
     except Exception as err:  # noqa: BLE001 — shown in the status box; the server keeps serving
         message = explain(err)
         if not isinstance(err, UserError):
             warn(message)
-        yield text, "", "", [], message
+        yield [*panels[0], *panels[1], [], message]
 
 
 def preview(files: Any) -> list[Any]:
@@ -164,49 +86,76 @@ def preview(files: Any) -> list[Any]:
     if not files:
         return []
     files = [files] if isinstance(files, str) else files
-    return [f for f in files if str(f).lower().rsplit(".", 1)[-1] in
-            {"png", "jpg", "jpeg", "webp", "bmp", "gif", "tif", "tiff"}]
+    return [f for f in files if str(f).lower().rsplit(".", 1)[-1] in IMAGE_TYPES]
+
+
+def pick_example(ctx: DemoContext, index: Any) -> list[Any]:
+    """A clicked example: (files, question, gold), then cleared panels, rows and status."""
+    ex = ctx.info.examples[int(index)]
+    note = f"Example `{ex.id}` loaded: press **Ask** (or Enter in the question)."
+    return [list(ex.images), ex.prompt, ex.answer, *empty_panel(), *empty_panel(), [], note]
 
 
 def build(ctx: DemoContext) -> None:
     import gradio as gr
 
     reason = ctx.unavailable("vision", "Vision QA")
+    ready = reason is None
     if reason:
-        gr.Markdown(f"**{reason}**", elem_id="vision-unavailable")
-    with gr.Row():
-        with gr.Column():
-            files = gr.File(label="image(s)", file_count="multiple", file_types=["image"],
-                            elem_id="vision-files")
-            gallery = gr.Gallery(label="uploaded", show_label=False, height=160, columns=4,
-                                 interactive=False, object_fit="contain", fit_columns=False)
-            question = gr.Textbox(label="question", lines=2, elem_id="vision-question",
+        gr.Markdown(f"⚠ {reason}", elem_id="vision-unavailable", elem_classes=["unavailable"])
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5, min_width=360):
+            with gr.Row(equal_height=True):
+                files = gr.File(label="image(s)", file_count="multiple", file_types=["image"],
+                                elem_id="vision-files", height=130, interactive=ready)
+                gallery = gr.Gallery(label="what you uploaded", show_label=False, height=130,
+                                     columns=3, interactive=False, object_fit="contain",
+                                     allow_preview=False, fit_columns=False)
+            question = gr.Textbox(label="question (Enter asks)", lines=1, max_lines=4,
+                                  elem_id="vision-question", interactive=ready,
                                   placeholder="How many shapes are in the image?")
-            gold = gr.Textbox(label="gold answer (optional: shows the verdict and rewards)",
-                              elem_id="vision-gold")
+            gold = gr.Textbox(label="gold answer (optional: gives the verdict and rewards)",
+                              elem_id="vision-gold", interactive=ready)
             with gr.Row():
-                sample = gr.Checkbox(label="sample (otherwise greedy)", value=False)
-                temperature = gr.Slider(0.1, 2.0, value=1.0, step=0.1, label="temperature")
-                max_new = gr.Slider(8, 2048, value=128, step=8, label="max new tokens")
-            with gr.Accordion("prompt", open=False):
+                submit = gr.Button("Ask", variant="primary", elem_id="vision-submit",
+                                   interactive=ready, scale=2)
+                compare = gr.Checkbox(label="compare with the base model", value=True,
+                                      visible=ctx.base is not None and ready, scale=1,
+                                      elem_id="vision-compare")
+            status = gr.Markdown(elem_id="vision-status", elem_classes=["status"])
+            with gr.Accordion("generation settings", open=False):
+                with gr.Row():
+                    sample = gr.Checkbox(label="sample (otherwise greedy)", value=False,
+                                         elem_id="vision-sample")
+                    temperature = gr.Slider(0.1, 2.0, value=1.0, step=0.1, label="temperature")
+                    max_new = gr.Slider(8, 2048, value=128, step=8, label="max new tokens",
+                                        elem_id="vision-max-new")
                 fmt = gr.Textbox(label="format prompt appended to the question",
                                  value=ctx.format_prompt, lines=2)
-            submit = gr.Button("Ask", variant="primary", elem_id="vision-submit",
-                               interactive=reason is None)
-        with gr.Column():
-            status = gr.Markdown(elem_id="vision-status")
-            completion = gr.Textbox(label="reasoning and answer (streamed)", lines=8,
-                                    elem_id="vision-completion")
-            extracted = gr.Textbox(label="extracted answer", elem_id="vision-answer")
-            verdict_md = gr.Markdown(elem_id="vision-verdict")
-            breakdown = gr.Dataframe(headers=BREAKDOWN_HEADERS, label="reward breakdown",
-                                     interactive=False)
+            examples = example_table(ctx, "vision", ready)
+        with gr.Column(scale=7, min_width=420, visible=ready):
+            with gr.Row(equal_height=False):
+                with gr.Column(min_width=200):
+                    trained = build_panel("vision", "trained model")
+                with gr.Column(min_width=200, visible=ctx.base is not None):
+                    base = build_panel("vision-base", "base model", ctx.base_path)
+            rewards = gr.Dataframe(headers=reward_headers(ctx), label="rewards (as in training)",
+                                   interactive=False, wrap=True, max_height=400,
+                                   elem_id="vision-rewards", elem_classes=["plain-table"],
+                                   column_widths=WIDTHS[len(reward_headers(ctx))])
 
-    def on_ask(files, question, gold, sample, temperature, max_new, fmt):
-        yield from answer(ctx, files, question, gold, sample, temperature, max_new, fmt)
+    def on_ask(files, question, gold, sample, temperature, max_new, fmt, compare):
+        yield from answer(ctx, files, question, gold, sample, temperature, max_new, fmt, compare)
 
+    outputs = [*trained.outputs(), *base.outputs(), rewards, status]
     files.change(preview, files, gallery, api_name="vision_preview", show_progress="hidden")
-    ask_inputs = [files, question, gold, sample, temperature, max_new, fmt]
-    ask_outputs = [completion, extracted, verdict_md, breakdown, status]
-    submit.click(on_ask, ask_inputs, ask_outputs, api_name="vision_answer")
-    question.submit(on_ask, ask_inputs, ask_outputs, api_name="vision_answer_enter")
+    ask_inputs = [files, question, gold, sample, temperature, max_new, fmt, compare]
+    submit.click(on_ask, ask_inputs, outputs, api_name="vision_answer",
+                 show_progress="hidden")
+    question.submit(on_ask, ask_inputs, outputs, api_name="vision_answer_enter",
+                    show_progress="hidden")
+    if examples is not None:
+        examples.click(lambda i: pick_example(ctx, i), examples,
+                       [files, question, gold, *outputs], api_name="vision_example",
+                       show_progress="hidden")
+

@@ -11,6 +11,7 @@ EPILOG_TRAIN = """examples:
   mmrlvr train configs/quickstart.yaml train.steps=50 optim.lr=3e-5 rollout.group_size=16
   mmrlvr train --resume runs/quickstart train.steps=400
   mmrlvr train --help-config          # every config key with its default and meaning
+  mmrlvr train --print-config configs/quickstart.yaml   # resolved values, and where from
 """
 
 
@@ -23,8 +24,7 @@ def _config_help() -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mmrlvr.config import load_config
-    from mmrlvr.train.trainer import train
+    from mmrlvr.config import fill_model_defaults, load_config, render_config
 
     if args.help_config:
         print(_config_help())
@@ -38,6 +38,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             print("mmrlvr train: give a CONFIG.yaml (or --resume RUN_DIR)", file=sys.stderr)
             return 2
         cfg = load_config(args.config, args.overrides)
+    if args.print_config:               # json files only: no weights load
+        print(render_config(*fill_model_defaults(cfg)), end="")
+        return 0
+    from mmrlvr.train.trainer import train
+
     summary = train(cfg, resume=bool(args.resume), overwrite=args.overwrite, force=args.force)
     if summary:
         print(json.dumps(summary, indent=2))
@@ -68,14 +73,16 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import modalities
-    from mmrlvr.config import ModelConfig
+    from mmrlvr.config import ModelConfig, model_defaults
     from mmrlvr.data import load_dataset
     from mmrlvr.train.evaluate import evaluate
     from mmrlvr.train.policy import Policy, pick_device
     from mmrlvr.rollout import make_engine
 
-    mcfg = ModelConfig(path=args.model, modality=args.modality, min_pixels=args.min_pixels,
-                       max_pixels=args.max_pixels)
+    own = model_defaults(args.model)            # the model's bounds and budget where flags are 0
+    mcfg = ModelConfig(path=args.model, modality=args.modality,
+                       min_pixels=args.min_pixels or own.min_pixels,
+                       max_pixels=args.max_pixels or own.max_pixels)
     adapter = modalities.get(mcfg.modality, min_pixels=mcfg.min_pixels, max_pixels=mcfg.max_pixels)
     policy = Policy.load(mcfg, adapter, pick_device(args.device))
     data = load_dataset(args.data, on_error=args.on_error)
@@ -85,7 +92,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.reward:
         from rewards.base import build_combined
         reward = build_combined([{"name": name, "weight": 1.0} for name in args.reward])
-    result = evaluate(policy, make_engine(args.backend, policy), data, max_new_tokens=args.max_new_tokens,
+    result = evaluate(policy, make_engine(args.backend, policy), data,
+                      max_new_tokens=args.max_new_tokens or own.max_new_tokens,
                       batch_size=args.batch_size, samples=args.samples, temperature=args.temperature,
                       system_prompt=args.system_prompt, format_prompt=args.format_prompt,
                       progress=True, keep_predictions=bool(args.out), reward=reward)
@@ -144,8 +152,24 @@ def cmd_data(args: argparse.Namespace) -> int:
         info = task.make(Path(args.out), TaskOptions(
             n_train=args.n_train, n_test=args.n_test, seed=args.seed, image_size=args.image_size,
             families=args.families.split(",") if args.families else None, compact=args.compact))
+    if args.rubric_writer:
+        info["rubrics"] = _write_rubrics(Path(args.out), json.loads(args.rubric_writer))
     print(json.dumps(info, indent=2))
     return 0
+
+
+def _write_rubrics(out: Path, spec: dict) -> dict:
+    """AudioRubrics' writer over every JSONL the task wrote: rubrics stored with each row."""
+    from mmrlvr.data import load_jsonl, write_jsonl
+    from rewards.rubric_writer import RubricBook, write_rubrics
+
+    book = RubricBook.from_spec(spec)          # shared: one cache across the files
+    counts = {}
+    for path in sorted(out.glob("*.jsonl")):
+        examples = load_jsonl(path)
+        counts[path.name] = write_rubrics(examples, book)
+        write_jsonl(examples, path)
+    return counts
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
@@ -208,12 +232,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     return serve(model=args.model, run=args.run, host=args.host, port=args.port,
                  device=args.device, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-                 modality=args.modality)
+                 modality=args.modality, compare=args.compare)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mmrlvr", description="GRPO-style RL from verifiable rewards "
                                 "for vision- and audio-language models (GPU or laptop CPU).")
+    from mmrlvr import version_text
+
+    p.add_argument("--version", action="version", version=version_text())
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="GRPO run from a YAML config", epilog=EPILOG_TRAIN,
@@ -229,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --resume: continue even though model.path or data differ from the "
                         "run's")
     t.add_argument("--help-config", action="store_true", help="list every config key and exit")
+    t.add_argument("--print-config", action="store_true",
+                   help="print the resolved config (YAML; values taken from the model say where "
+                        "from) and exit, loading no weights")
     t.set_defaults(fn=cmd_train)
 
     s = sub.add_parser("sft", help="supervised warm start on the same data format")
@@ -245,12 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data", required=True, help="JSONL file (or layout:file.parquet)")
     e.add_argument("--modality", default="vision", help="adapter name [vision]")
     e.add_argument("--limit", type=int, default=0, help="evaluate the first N rows only")
-    e.add_argument("--max-new-tokens", type=int, default=64)
+    e.add_argument("--max-new-tokens", type=int, default=0, help="0: the model's generation config's")
     e.add_argument("--samples", type=int, default=0, help="k sampled completions for pass@k")
     e.add_argument("--temperature", type=float, default=1.0, help="for pass@k sampling")
     e.add_argument("--batch-size", type=int, default=32)
-    e.add_argument("--min-pixels", type=int, default=56 * 56)
-    e.add_argument("--max-pixels", type=int, default=112 * 112)
+    e.add_argument("--min-pixels", type=int, default=0, help="0: the model's image processor's")
+    e.add_argument("--max-pixels", type=int, default=0, help="0: the model's image processor's")
     e.add_argument("--system-prompt", default="")
     e.add_argument("--format-prompt", default="")
     e.add_argument("--on-error", default="raise", choices=["raise", "skip"])
@@ -314,6 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--compact", action="store_true",
                    help="banners: write patches in the compact <p x= y= ...> form (about half the "
                         "tokens; what the CPU TransAnyText chain trains on)")
+    d.add_argument("--rubric-writer", metavar="JSON",
+                   help="tones: write each row's rubrics with AudioRubrics' writer and store them, "
+                        "e.g. '{\"kind\": \"http\", \"url\": \"http://127.0.0.1:8000/v1\"}' "
+                        "(rows it fails on keep the templated rubrics)")
     d.add_argument("--from", dest="from_spec", metavar="LAYOUT:PATH",
                    help="medvqa: convert vqarad:/slake:/pathvqa:PATH, tones: mmau:/avqa:PATH, "
                         "to JSONL instead of synthesising")
@@ -368,11 +402,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--port", type=int, default=7860)
     g.add_argument("--host", default="127.0.0.1", help="0.0.0.0 serves other machines too")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    g.add_argument("--min-pixels", type=int, help="default: the run config's, else 56*56")
-    g.add_argument("--max-pixels", type=int, help="default: the run config's, else 112*112")
+    g.add_argument("--min-pixels", type=int,
+                   help="default: the run config's, else the model processor's")
+    g.add_argument("--max-pixels", type=int,
+                   help="default: the run config's, else the model processor's")
     g.add_argument("--modality", choices=["vision", "audio", "image_translation"],
                    help="adapter to load the model with (default: the run config's, else audio "
                    "for an audio model, else vision)")
+    g.add_argument("--compare", metavar="BASE_DIR",
+                   help="answer beside the trained model with this one (default: the run's "
+                   "starting model, where the run dir records it; `none`: no comparison)")
     g.set_defaults(fn=cmd_demo)
 
     x = sub.add_parser("translate", help="translate the text in an image: erased background, "

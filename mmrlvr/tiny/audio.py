@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mmrlvr.tiny.text import text_config
 from mmrlvr.tiny.tokenizer import QWEN_SPECIAL_TOKENS, build_tokenizer, instantiate_and_save
 
 # Qwen2-Audio-7B-Instruct's chat template, verbatim: an entry counts as audio when it has an
@@ -71,21 +72,6 @@ def _features(audio_window: int):
                                    chunk_length=audio_window, n_fft=400)
 
 
-def _text_config(tok, *, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size,
-                 mrope: bool) -> dict:
-    eot, im_end = tok.convert_tokens_to_ids("<|endoftext|>"), tok.convert_tokens_to_ids("<|im_end|>")
-    rope = {"rope_type": "default", "rope_theta": 1000000.0}
-    if mrope:           # real Qwen2.5-Omni: [16, 24, 24] for head_dim 128, i.e. 1/4, 3/8, 3/8
-        half = hidden_size // num_heads // 2
-        t = half // 4
-        rope["mrope_section"] = [t, (half - t) // 2, half - t - (half - t) // 2]
-    return dict(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=intermediate_size,
-                num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                num_key_value_heads=num_kv_heads, hidden_act="silu", max_position_embeddings=4096,
-                rms_norm_eps=1e-6, rope_parameters=rope, bos_token_id=eot, eos_token_id=im_end,
-                pad_token_id=eot, dtype="float32")
-
-
 def build_tiny_audio(
     kind: str,
     out_dir: str | Path,
@@ -124,7 +110,7 @@ def build_tiny_audio(
         config = Qwen2AudioConfig(
             audio_config=dict(model_type="qwen2_audio_encoder", max_source_positions=50 * audio_window,
                               **encoder),
-            text_config=dict(model_type="qwen2", **_text_config(tok, mrope=False, **dims)),
+            text_config=dict(model_type="qwen2", **text_config(tok, mrope=False, **dims)),
             audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>"))
     else:
         from transformers import (
@@ -150,7 +136,7 @@ def build_tiny_audio(
                               output_dim=hidden_size, **encoder),
             vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
                                out_hidden_size=hidden_size, fullatt_block_indexes=[0]),
-            text_config=_text_config(tok, mrope=True, **dims),
+            text_config=text_config(tok, mrope=True, **dims),
             audio_token_index=ids("<|AUDIO|>"), image_token_index=ids("<|IMAGE|>"),
             video_token_index=ids("<|VIDEO|>"), audio_start_token_id=ids("<|audio_bos|>"),
             audio_end_token_id=ids("<|audio_eos|>"), vision_start_token_id=ids("<|vision_bos|>"),

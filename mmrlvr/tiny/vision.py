@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mmrlvr.tiny.text import text_config
 from mmrlvr.tiny.tokenizer import (QWEN2_VL_CHAT_TEMPLATE, QWEN_SPECIAL_TOKENS,
                                    QWEN_VL_SPECIAL_TOKENS, build_tokenizer, instantiate_and_save)
 
@@ -33,36 +34,14 @@ def _config(kind: str, tok, *, hidden_size, num_layers, num_heads, num_kv_heads,
     head_dim = hidden_size // num_heads
     if head_dim % 2 or head_dim < 6:
         raise ValueError(f"head_dim {head_dim} too small for M-RoPE")
-    # M-RoPE splits head_dim/2 rotary frequencies over (temporal, height, width); real Qwen uses
-    # [16, 24, 24] for head_dim 128, i.e. 1/4, 3/8, 3/8.
-    half = head_dim // 2
-    t = half // 4
-    h = (half - t) // 2
-    mrope_section = [t, h, half - t - h]
     if vision_width % 16:
         raise ValueError("vision_width must be a multiple of 16 (vision head dim 16)")
     vision_heads = vision_width // 16
 
     ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_VL_SPECIAL_TOKENS}
-    eot, im_end = ids["<|endoftext|>"], ids["<|im_end|>"]
-    text = dict(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads,
-        hidden_act="silu",
-        max_position_embeddings=4096,
-        rms_norm_eps=1e-6,
-        use_sliding_window=False,
-        max_window_layers=num_layers,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": mrope_section},
-        bos_token_id=eot,
-        eos_token_id=im_end,
-        pad_token_id=eot,
-        dtype="float32",
-    )
+    text = text_config(tok, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                       num_kv_heads=num_kv_heads, intermediate_size=intermediate_size, mrope=True,
+                       use_sliding_window=False, max_window_layers=num_layers)
     common = dict(
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],

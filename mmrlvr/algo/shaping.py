@@ -16,7 +16,7 @@ and no token weights or per-completion bounds reach the loss.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -54,6 +54,10 @@ class ShapeContext:
     scores: list[list[dict[str, float]]]  # [B][G] reward dicts
     rewards: torch.Tensor                # [B, G] totals
     mask: torch.Tensor                   # [N, C] completion tokens
+    examples: list[Any] = field(default_factory=list)   # [B] the step's Examples
+    prompts: Any = None                  # the PromptBatch the rollouts were sampled from
+    policy: Any = None                   # the Policy (tokenizer, logprobs) for methods that score
+    progress: float = 0.0                # step / total steps
 
 
 class Shaper(Protocol):

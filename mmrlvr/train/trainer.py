@@ -79,7 +79,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
 
     credit, shaped = token_credit(advantages.flatten(), rollouts.completion_mask, cfg.algo.clip_low,
                                   cfg.algo.clip_high, run.shapers,
-                                  ShapeContext(rollouts, scores, rewards, rollouts.completion_mask))
+                                  ShapeContext(rollouts, scores, rewards, rollouts.completion_mask,
+                                               examples, prompts, policy, progress))
     update = policy_update(run, rollouts, advantages.flatten(), scores, step, credit)
     t3 = time.perf_counter()
 

@@ -36,6 +36,7 @@ for _name, _target in {
         "pirl": "rewards.pirl:PirlReward",
         "struct_steps": "rewards.struct_steps:StructStepsReward",
         "audio_rubrics": "rewards.audio_rubrics:AudioRubricsReward",
+        "consensus": "rewards.consensus:ConsensusReward",
         "translation": "rewards.translation:TranslationReward"}.items():
     REWARDS.register(_name, _target)
 

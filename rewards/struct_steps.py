@@ -85,6 +85,15 @@ def reasoning_of(text: str) -> str:
     return _ANSWER_OPEN_RE.split(text, maxsplit=1)[0]
 
 
+def reasoning_span(text: str) -> tuple[int, int]:
+    """Where `reasoning_of(text)` lies in `text`: (start, end) character offsets."""
+    m = _THINK_RE.search(text)
+    if m:
+        return m.start(1), m.end(1)
+    answer = _ANSWER_OPEN_RE.search(text)
+    return 0, answer.start() if answer else len(text)
+
+
 def _tokens(s: str) -> list[str]:
     return _TOKEN_RE.findall(s)
 
@@ -364,3 +373,48 @@ class StructStepsReward:
               progress: float = 0.0) -> list[dict[str, float]]:
         refs = reference_steps(example.steps)
         return [self.score_one(example, text, refs) for text in completions]
+
+    def located_steps(self, completion: str) -> tuple[list[str], list[int], int]:
+        """The steps `score` aligns, where each starts in `completion`, and where the reasoning
+        after the last one resumes (all character offsets into `completion`).
+
+        A step starts at the first non-space character after the step before it, so its marker
+        ("Step 2:") is part of it. Steps are found word by word in order: segmentation only
+        drops markers and whitespace, so every word of a step is in the text, in order."""
+        start, end = reasoning_span(completion)
+        steps = split_steps(completion[start:end])[:MAX_STEPS]
+        cursor, starts = start, []
+        for step in steps:
+            starts.append(_skip_space(completion, cursor, end))
+            for word in step.split():
+                found = completion.find(word, cursor, end)
+                if found >= 0:
+                    cursor = found + len(word)
+        return steps, starts, _skip_space(completion, cursor, end)
+
+    def first_mistake(self, example: Example, completion: str) -> int | None:
+        """Character offset in `completion` where its first wrong step starts, or None when
+        every reference step is matched in order (or the example has no reference `steps`).
+
+        With `score`'s alignment, k = how many reference steps (from the first) are matched in
+        order; the first mistake is the step after the one matching reference k (the first
+        step if k = 0): steps the references lack are tolerated while the next reference step
+        still follows. A reasoning that stops early errs where it stops."""
+        refs = reference_steps(example.steps)
+        if not refs:
+            return None
+        steps, starts, tail = self.located_steps(completion)
+        pairs = align(steps, refs)
+        k = 0
+        while k < len(pairs) and pairs[k][1] == k:
+            k += 1
+        if k == len(refs):
+            return None
+        first = pairs[k - 1][0] + 1 if k else 0
+        return starts[first] if first < len(steps) else tail
+
+
+def _skip_space(text: str, i: int, end: int) -> int:
+    while i < end and text[i].isspace():
+        i += 1
+    return i

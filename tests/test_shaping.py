@@ -94,7 +94,7 @@ def test_cue_grpo_moves_credit_towards_the_rare_correct_strategy():
 def test_plugins_run_in_stage_order_and_unknown_names_are_clear():
     order = [s.name for s in build([{"name": "gapo"}, {"name": "gmts"}, {"name": "cue_grpo"}])]
     assert order == ["cue_grpo", "gmts", "gapo"]
-    assert SHAPERS.names() == ["cue_grpo", "gapo", "gmts"]
+    assert SHAPERS.names() == ["cliff", "cue_grpo", "gapo", "gmts", "om_grpo", "opdvr"]
     with pytest.raises(KeyError, match="unknown shaping method 'gpao'.*did you mean 'gapo'"):
         build([{"name": "gpao"}])
     with pytest.raises(ValueError, match="fraction"):

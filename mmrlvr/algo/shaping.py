@@ -72,6 +72,9 @@ SHAPERS = Registry("shaping method")
 SHAPERS.register("gapo", "mmrlvr.algo.gapo:GAPO")
 SHAPERS.register("cue_grpo", "mmrlvr.algo.cue_grpo:CueGRPO")
 SHAPERS.register("gmts", "mmrlvr.algo.gmts:GMTS")
+SHAPERS.register("om_grpo", "mmrlvr.algo.om_grpo:OMGRPO")
+SHAPERS.register("cliff", "mmrlvr.algo.cliff:Cliff")
+SHAPERS.register("opdvr", "mmrlvr.algo.opdvr:OPDVR")
 
 
 def build(specs: list[dict[str, Any]]) -> list[Shaper]:

@@ -19,6 +19,9 @@ student; `teacher: frozen` scores with the weights PWSD started from (model.path
 which the trainer then loads once. Measured on the CPU banners chain: with a live teacher, lr 1e-4
 degenerated both into repeated phrases within 100 steps (the KL stayed small — the teacher had
 degenerated too); a frozen teacher cannot follow the student there.
+
+`dash: {beta, gamma, horizon, normalize}` (default off) multiplies w_t by DASH's per-token
+weights m_t from the same detached KL (mmrlvr/objectives/dash.py); off is the loss above bit for bit.
 """
 from __future__ import annotations
 
@@ -27,42 +30,54 @@ from typing import Any
 import torch
 
 from mmrlvr.objectives import sample_rows
+from mmrlvr.objectives.dash import DashOptions, dash_stats, dash_weights
 from mmrlvr.core.types import select
 
 
 def pwsd_loss(student_logp: torch.Tensor, teacher_logp: torch.Tensor, ids: torch.Tensor,
-              mask: torch.Tensor, alpha: float = 1.0) -> tuple[torch.Tensor, dict[str, Any]]:
+              mask: torch.Tensor, alpha: float = 1.0, dash: DashOptions | None = None
+              ) -> tuple[torch.Tensor, dict[str, Any]]:
     """The PWSD loss from full-vocabulary log-probabilities.
 
     student_logp, teacher_logp [N, C, V]; ids [N, C] sampled tokens; mask [N, C] -> scalar loss
-    and stats (`weights` [N, C] and `gap` [N, C] tensors, plus their masked means).
+    and stats (`weights` [N, C] and `gap` [N, C] tensors, plus their masked means; with `dash`,
+    `weights` are w_t·m_t and the DASH stats are added).
     """
     idx = ids.unsqueeze(-1)                                                     # [N, C, 1]
     gap = (teacher_logp.gather(-1, idx) - student_logp.gather(-1, idx)).squeeze(-1)   # [N, C]
     weights = torch.sigmoid(alpha * gap).detach()                               # [N, C]
     kl = (student_logp.exp() * (student_logp - teacher_logp)).sum(-1)           # [N, C] KL(S‖T)
     m = mask.to(kl.dtype)
+    extra: dict[str, float] = {}
+    if dash is not None:
+        mult, gates = dash_weights(kl.detach(), m, dash.beta, dash.gamma, dash.horizon,
+                                   dash.normalize)                              # [N, C] each
+        weights = weights * mult
+        extra = dash_stats(mult, gates, m)
     tokens = m.sum().clamp(min=1.0)
     loss = (weights * kl * m).sum() / tokens
     return loss, {"weights": weights, "gap": gap.detach(),
                   "weight_mean": float((weights * m).sum() / tokens),
                   "gap_mean": float((gap.detach() * m).sum() / tokens),
-                  "kl_mean": float((kl.detach() * m).sum() / tokens)}
+                  "kl_mean": float((kl.detach() * m).sum() / tokens), **extra}
 
 
 class PWSD:
-    """The objective (`objectives: [{name: pwsd, weight: 1.0, alpha: 1.0}]`); needs the
-    `image_translation` modality (its adapter builds the teacher's privileged prompts)."""
+    """The objective (`objectives: [{name: pwsd, weight: 1.0, alpha: 1.0}]`, DASH with
+    `dash: {gamma: 0.9}`); needs the `image_translation` modality (its adapter builds the
+    teacher's privileged prompts)."""
 
     name = "pwsd"
 
-    def __init__(self, alpha: float = 1.0, max_rows: int = 16, seed: int = 0, teacher: str = "live"):
+    def __init__(self, alpha: float = 1.0, max_rows: int = 16, seed: int = 0, teacher: str = "live",
+                 dash: dict[str, Any] | None = None):
         if max_rows < 1:
             raise ValueError(f"pwsd: max_rows must be >= 1, got {max_rows}")
         if teacher not in ("live", "frozen"):
             raise ValueError(f"pwsd: teacher must be 'live' or 'frozen', got {teacher!r}")
         self.alpha, self.max_rows, self.seed = float(alpha), int(max_rows), int(seed)
         self.teacher = teacher
+        self.dash = DashOptions.parse(dash, "objectives[pwsd].dash")
         self.needs_ref_model = teacher == "frozen"      # the trainer loads model.path once
 
     def prepare(self, policy, rollouts, rows: list[int]) -> dict[str, Any]:
@@ -103,6 +118,8 @@ class PWSD:
         student = policy.vocab_logprobs(policy.training_inputs(batch["student"], ids, batch["mask"]),
                                         C)                                        # [n, C, V]
         mask = batch["mask"].to(student.device)
-        loss, st = pwsd_loss(student, teacher, batch["ids"].to(student.device), mask, self.alpha)
+        loss, st = pwsd_loss(student, teacher, batch["ids"].to(student.device), mask, self.alpha,
+                             self.dash)
         return loss, {"rows": float(len(rows)), "weight_mean": st["weight_mean"],
-                      "gap_mean": st["gap_mean"], "kl_mean": st["kl_mean"]}
+                      "gap_mean": st["gap_mean"], "kl_mean": st["kl_mean"],
+                      **{k: v for k, v in st.items() if k.startswith("dash_")}}

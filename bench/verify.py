@@ -19,7 +19,7 @@ strings, tag floods, power towers, ...) through ``extract_outcome``, ``match_out
 accuracy reward, cold, best of ``--repeat``; each must finish under 50 ms with a bounded,
 fail-closed result (tests/test_verify_adversarial.py asserts 1 s and the outcomes).
 
-The cases come from ``tests/verify_cases.py`` (test data, not part of the installed package).
+The cases come from ``mmrlvr/audit/cases.py`` (also behind ``mmrlvr audit-verifier``).
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 
+from mmrlvr.audit.cases import FAMILIES, FAST_FAMILIES, generate_cases  # noqa: E402
 from rewards import verify  # noqa: E402
 from rewards.verify.kinds import gold_spec  # noqa: E402 - its cache, cleared for cold timing
 from rewards.verify.structure import parse_expression  # noqa: E402 - likewise
-from verify_cases import FAMILIES, FAST_FAMILIES, generate_cases  # noqa: E402
 
 TARGET_REWRITE = 99.5
 TARGET_NEAR = 0.0

@@ -22,7 +22,7 @@ LAYERS = {
     "modalities": 2, "rewards": 2,
     "mmrlvr.train": 3, "mmrlvr.rollout": 3, "mmrlvr.algo": 3, "mmrlvr.objectives": 3,
     "mmrlvr.stress": 4, "mmrlvr.tiny": 4, "mmrlvr.tasks": 4, "mmrlvr.translate": 4,
-    "mmrlvr.compare": 4,
+    "mmrlvr.compare": 4, "mmrlvr.audit": 4,
     "mmrlvr.cli": 5, "apps": 5,
 }
 CORE_MAY_IMPORT = {"modalities", "rewards", "rewards.verify"}

@@ -405,7 +405,7 @@ def test_fast_path_never_imports_sympy():
         """
         import sys
         from rewards import verify
-        from verify_cases import FAST_FAMILIES, generate_cases
+        from mmrlvr.audit.cases import FAST_FAMILIES, generate_cases
         cases = generate_cases(8, seed=3, families=FAST_FAMILIES)
         for c in cases:
             # near misses like 2^{10} are not in the fast families by construction

@@ -3,7 +3,7 @@
 Rewrites of a gold answer (meaning-preserving, by construction) must be
 accepted and near misses (different answers, by construction) rejected, per
 answer family and per rewrite / near-miss kind.  Cases come from
-``tests/verify_cases.py`` (shared with ``bench/verify.py``); each test id names
+``mmrlvr/audit/cases.py`` (shared with ``bench/verify.py``); each test id names
 ``family/rewrite|near/kind``.
 """
 
@@ -13,14 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rewards import verify
-from rewards.verify import extract_answer, match
-from verify_cases import (
+from mmrlvr.audit.cases import (
     COMPLETION_STYLES,
     FAMILIES,
     generate_cases,
     wrap_completion,
 )
+from rewards import verify
+from rewards.verify import extract_answer, match
 
 # 31 items per family: integer item i has magnitude 10**i, i = 0..30.
 CASES = generate_cases(n_per_family=31, seed=0)

@@ -1,5 +1,5 @@
 """Case generators, part 2: the wrappers every family's answers get, and the choice, yes/no and
-free-text families.  Imported by ``verify_cases.generate_cases``."""
+free-text families.  Imported by ``mmrlvr.audit.cases.generate_cases``."""
 
 from __future__ import annotations
 

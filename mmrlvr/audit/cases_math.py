@@ -1,5 +1,5 @@
 """Case generators, part 1: the number and formula families (integer, decimal, fraction,
-percent, expression, interval_set).  Imported by ``verify_cases.generate_cases``."""
+percent, expression, interval_set).  Imported by ``mmrlvr.audit.cases.generate_cases``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 from fractions import Fraction
 from math import gcd
 
-from verify_cases_text import rewrites
+from mmrlvr.audit.cases_text import rewrites
 
 # ---------------------------------------------------------------------------
 # numbers

@@ -1,9 +1,9 @@
-"""Metamorphic cases for ``rewards.verify``: rewrites and near misses by construction.
+"""Metamorphic cases for verifiers: rewrites and near misses of gold answers, by construction.
 
-Shared by ``tests/test_verify_metamorphic.py``, ``tests/test_verify.py`` and ``bench/verify.py``
-(which puts ``tests/`` on its path).  Test data, so it lives beside the tests and not in the
-installed package: the families are built in ``verify_cases_math.py`` (numbers, formulas) and
-``verify_cases_text.py`` (choice, yes/no, text, and the wrappers every family shares).
+Used by ``mmrlvr audit-verifier`` (``mmrlvr.audit.run``), ``tests/test_verify_metamorphic.py``,
+``tests/test_verify.py`` and ``bench/verify.py``.  The families are built in ``cases_math.py``
+(numbers, formulas) and ``cases_text.py`` (choice, yes/no, text, and the wrappers every
+family shares).
 
 Every generated :class:`Case` is a (gold, prediction) pair whose expected
 verdict is known *by construction*: a *rewrite* is the gold answer changed in a
@@ -21,12 +21,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import verify_cases_math as math_families
-import verify_cases_text as text_families
+from mmrlvr.audit import cases_math as math_families
+from mmrlvr.audit import cases_text as text_families
 
 __all__ = [
     "COMPLETION_STYLES",
     "FAMILIES",
+    "FAST_FAMILIES",
     "Case",
     "generate_cases",
     "wrap_completion",

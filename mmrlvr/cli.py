@@ -151,7 +151,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     else:
         info = task.make(Path(args.out), TaskOptions(
             n_train=args.n_train, n_test=args.n_test, seed=args.seed, image_size=args.image_size,
-            families=args.families.split(",") if args.families else None, compact=args.compact))
+            families=args.families.split(",") if args.families else None, compact=args.compact,
+            ood=args.ood))
     if args.rubric_writer:
         info["rubrics"] = _write_rubrics(Path(args.out), json.loads(args.rubric_writer))
     print(json.dumps(info, indent=2))
@@ -341,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--image-size", type=int, default=112)
     d.add_argument("--families", help="comma-separated task families (banners: language pairs "
                    "such as en-de,en-ru) (default: all)")
+    d.add_argument("--ood", action="store_true",
+                   help="shapes: also write test_ood.jsonl, a shifted test split (docs/ncgrpo.md)")
     d.add_argument("--compact", action="store_true",
                    help="banners: write patches in the compact <p x= y= ...> form (about half the "
                         "tokens; what the CPU TransAnyText chain trains on)")
@@ -373,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compare", help="paired comparison of runs on the same held-out questions",
                        description="Per eval set: each arm's accuracy, its paired difference to the "
-                       "first arm (the baseline) with a 95%% bootstrap interval, exact McNemar p, "
+                       "first arm (the baseline) with a 95 % bootstrap interval, exact McNemar p, "
                        "and the graded reward's difference where the evals scored one.")
     c.add_argument("runs", nargs="*", metavar="RUN",
                    help="run dirs (their last eval) or `mmrlvr eval --out` files; one arm each")
@@ -431,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--min-pixels", type=int, default=56 * 56)
     x.add_argument("--max-pixels", type=int, default=448 * 448)
     x.set_defaults(fn=cmd_translate)
+
+    from mmrlvr.audit.run import add_parser as add_audit_verifier
+    add_audit_verifier(sub)
     return p
 
 

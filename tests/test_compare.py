@@ -100,3 +100,50 @@ def test_plot_and_json_are_written(tmp_path):
     assert "| b | 1 |" in table
     assert json.loads((tmp_path / "r.json").read_text())["baseline"] == "a"
     assert (tmp_path / "r.png").stat().st_size > 1000
+
+
+def write_pass_run(root, name, correct, passed, set_name=None, k=4):
+    folder = root / name / "eval" if set_name is None else root / name / "eval" / set_name
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": f"q{i}", "correct": bool(c), "passed": bool(p), "k": k}
+            for i, (c, p) in enumerate(zip(correct, passed))]
+    (folder / "step-3.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(root / name)
+
+
+def test_pass_at_k_rows_by_hand(tmp_path):
+    base = write_pass_run(tmp_path, "grpo", [1, 0, 0, 0, 0], [1, 1, 0, 0, 1])
+    new = write_pass_run(tmp_path, "nc", [1, 1, 0, 0, 0], [1, 1, 1, 1, 0])
+    block = compare(parse_arms([base, new], []), n_boot=500)["sets"]["eval"]
+    assert block["pass"]["k"] == 4
+    b_row, row = block["pass"]["rows"]
+    assert (b_row["accuracy"], row["accuracy"]) == (pytest.approx(3 / 5), pytest.approx(4 / 5))
+    assert row["diff_points"] == pytest.approx(20.0)
+    assert (row["worse"], row["better"]) == (1, 2)               # q4 lost, q2 and q3 gained
+    assert row["mcnemar_p"] == pytest.approx(mcnemar_exact(1, 2)) == pytest.approx(1.0)
+    assert block["rows"][1]["diff_points"] == pytest.approx(20.0)   # greedy accuracy unchanged
+    assert "reward_diff" not in row
+    table = markdown(compare(parse_arms([base, new], []), n_boot=100))
+    assert "pass@4" in table and "| nc | 1 | 0.800 | +20.0 |" in table
+    plain = write_run(tmp_path, "plain", [1, 0, 0, 0, 0])            # no sampled outcomes
+    assert "pass" not in compare(parse_arms([base, plain], []), n_boot=50)["sets"]["eval"]
+
+
+def test_sets_pool_into_one_block_with_pooled_mcnemar(tmp_path):
+    a = write_pass_run(tmp_path, "a", [1, 0, 0], [1, 0, 0])
+    write_pass_run(tmp_path, "a", [0, 0], [1, 0], set_name="ood")
+    b = write_pass_run(tmp_path, "b", [1, 1, 0], [1, 1, 0])
+    write_pass_run(tmp_path, "b", [1, 1], [1, 1], set_name="ood")
+    report = compare(parse_arms([a, b], []), n_boot=500)
+    assert list(report["sets"]) == ["eval", "ood"]
+    pooled = report["pooled"]
+    assert pooled["questions"] == 5 and pooled["sets"] == ["eval", "ood"]
+    row = pooled["rows"][1]                  # q1 of eval, q0 and q1 of ood gained; none lost
+    assert (row["worse"], row["better"]) == (0, 3)
+    assert row["mcnemar_p"] == pytest.approx(2 / 8)
+    assert row["accuracy"] == pytest.approx(4 / 5) and pooled["rows"][0]["accuracy"] == pytest.approx(1 / 5)
+    assert row["diff_points"] == pytest.approx(60.0)
+    assert (pooled["pass"]["rows"][1]["worse"], pooled["pass"]["rows"][1]["better"]) == (0, 2)
+    assert "### all sets (pooled: the 5 questions of eval, ood" in markdown(report)
+    one = compare(parse_arms([write_run(tmp_path, "x", [1, 0]), write_run(tmp_path, "y", [1, 1])], []))
+    assert "pooled" not in one

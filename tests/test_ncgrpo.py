@@ -362,3 +362,51 @@ def test_grpo_step_with_alpha0_is_plain_grpo_and_logs_branch_metrics(tmp_path, t
     assert {"branch/clean_reward", "branch/noisy_reward", "branch/clean_accuracy",
             "rollout/distinct_answers", "rollout/first_token_entropy",
             "reward/zero_spread_frac"} <= set(off_m)
+
+
+def test_group_diversity_metrics_by_hand():
+    from mmrlvr.rollout.branching import normalised_edit
+
+    ids = torch.tensor([[1, 2, 3, 0], [1, 2, 3, 0], [1, 2, 4, 0], [5, 0, 0, 0],
+                        [7, 8, 0, 0], [8, 7, 0, 0], [7, 8, 0, 0], [9, 9, 9, 9]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0], [1, 0, 0, 0],
+                         [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
+    texts = ["<answer>5</answer>", "<answer>5</answer>", "<answer>6</answer>", "no answer",
+             "<answer>1</answer>", "<answer>2</answer>", "<answer>3</answer>", "<answer>3</answer>"]
+    roll = Rollouts(prompts=None, group_size=G, completion_ids=ids, completion_mask=mask,
+                    sample_logprobs=None, texts=texts, branch=["clean", "clean", "noisy", "noisy"] * 2)
+    acc = [0, 0, 0, 0, 0, 1, 0, 0]
+    scores = [[{"overall": float(a), "accuracy": float(a)} for a in acc[b * G:(b + 1) * G]]
+              for b in range(2)]
+    m = branch_metrics(roll, scores)
+    # group 0 pairs: 0, 1/3, 3/3, 1/3, 3/3, 3/3; group 1: 2/2 (swap), 0, 4/4, 1, 1, 1
+    assert m["rollout/pairwise_edit"] == pytest.approx((0 + 1 / 3 + 1 + 1 / 3 + 1 + 1 + 5) / 12)
+    assert m["rollout/pass_at_group"] == pytest.approx(1 / 2)     # only group 1 has a hit
+    assert m["rollout/distinct_answers"] == pytest.approx((2 + 3) / 2)
+    assert m["branch/clean_pairwise_edit"] == pytest.approx((0 + 1) / 2)
+    assert m["branch/noisy_pairwise_edit"] == pytest.approx((1 + 1) / 2)
+    assert m["branch/clean_distinct_answers"] == pytest.approx((1 + 2) / 2)   # {5}, {1, 2}
+    assert m["branch/noisy_distinct_answers"] == pytest.approx((1 + 1) / 2)   # {6}, {3}
+    roll.branch = ["clean"] * 8
+    plain = branch_metrics(roll, scores)
+    assert not [k for k in plain if k.startswith("branch/")]
+    assert plain["rollout/pairwise_edit"] == m["rollout/pairwise_edit"]
+    assert "rollout/pass_at_group" not in branch_metrics(roll, [[{"overall": 1.0}] * G] * 2)
+
+    assert normalised_edit([list(b"kitten"), list(b"sitting"), []], [(0, 1), (1, 0), (2, 2), (2, 0)]) \
+        == pytest.approx([3 / 7, 3 / 7, 0.0, 1.0])
+
+    def reference(a, b):                  # the textbook table, one cell at a time
+        prev = list(range(len(b) + 1))
+        for i, x in enumerate(a, 1):
+            cur = [i]
+            for j, y in enumerate(b, 1):
+                cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+            prev = cur
+        return prev[-1] / max(len(a), len(b), 1)
+
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, 3, (int(torch.randint(0, 7, (1,), generator=gen)),), generator=gen).tolist()
+            for _ in range(12)]
+    pairs = [(i, j) for i in range(12) for j in range(12)]
+    assert normalised_edit(seqs, pairs) == pytest.approx([reference(seqs[i], seqs[j]) for i, j in pairs])

@@ -198,3 +198,42 @@ def test_mix_and_family_selection(tmp_path):
         make_shapes(tmp_path / "c", families=["nope"])
     with pytest.raises(ValueError, match="mix"):
         make_shapes(tmp_path / "c", families=["count"], mix={"count": 1, "kind": 1})
+
+
+def test_ood_split_leaves_train_and_test_bytes_and_shifts_each_family(tmp_path):
+    from mmrlvr.tasks import TASKS, TaskOptions
+    from mmrlvr.tasks.shapes_ood import OOD_CELLS
+
+    plain, ood = tmp_path / "plain", tmp_path / "ood"
+    opts = {"n_train": 35, "n_test": 28, "seed": 2, "image_size": 56}
+    TASKS.get("shapes").make(plain, TaskOptions(**opts))
+    info = TASKS.get("shapes").make(ood, TaskOptions(**opts, ood=True))
+    assert not (plain / "test_ood.jsonl").exists()
+    for name in ("train.jsonl", "test.jsonl"):
+        assert (plain / name).read_bytes() == (ood / name).read_bytes()
+    assert {p.name for p in (plain / "images").iterdir()} == \
+        {p.name for p in (ood / "images").iterdir() if not p.name.startswith("ood-")}
+    rows = load_jsonl(ood / "test_ood.jsonl")
+    assert len(rows) == 28 == info["n_ood"] and info["files"]["ood"] == "test_ood.jsonl"
+    assert Counter(r.meta["family"] for r in rows) == Counter(info["counts"]["ood"])
+    train = load_jsonl(ood / "train.jsonl")
+    for r in rows:
+        fam, shapes = r.meta["family"], r.meta["shapes"]
+        if fam == "count":
+            assert r.answer in ("6", "7") and len(shapes) == int(r.answer)
+        elif fam == "count_color":
+            assert r.answer in ("5", "6") and sum(s["color"] == r.meta["color"] for s in shapes) == int(r.answer)
+        elif fam == "arith":
+            assert r.answer in ("4", "5", "6", "7") and len(shapes) <= 7
+        elif fam == "yesno":
+            assert 5 <= len(shapes) <= 7
+        else:                             # color, kind, position: small shapes, unseen background
+            assert r.meta["background"] == "slate" and max(s["size"] for s in shapes) <= 0.25 * 56
+        with Image.open(r.images[0]) as img:
+            assert img.size == (56, 56)
+    assert set(OOD_CELLS) == set(FAMILIES)
+    assert not {r.meta["background"] for r in train} & {"slate"}
+    assert max(int(r.answer) for r in train if r.meta["family"] == "count") <= 5
+    again = tmp_path / "again"
+    TASKS.get("shapes").make(again, TaskOptions(**opts, ood=True))
+    assert (again / "test_ood.jsonl").read_bytes() == (ood / "test_ood.jsonl").read_bytes()

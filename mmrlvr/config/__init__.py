@@ -12,12 +12,12 @@ from mmrlvr.config.model_defaults import (MODEL_DERIVED, ModelDefaults, fill_mod
                                           model_defaults, render_config, resolve_model_defaults)
 from mmrlvr.config.schema import (TRACKERS, AlgoConfig, Config, ConfigError, DataConfig,
                                   LoraConfig, ModelConfig, OptimConfig, PWSDStageConfig,
-                                  RolloutConfig, SFTConfig, TrainConfig, describe)
+                                  RolloutConfig, SFTConfig, TrainConfig, describe, eval_sets)
 from mmrlvr.config.synonyms import SYNONYMS
 
 __all__ = ["MODEL_DERIVED", "RANGES", "SYNONYMS", "TRACKERS", "AlgoConfig", "Bound", "Config",
            "ConfigError", "DataConfig", "LoraConfig", "ModelConfig", "ModelDefaults",
            "OptimConfig", "PWSDStageConfig", "RolloutConfig", "SFTConfig", "TrainConfig",
-           "apply_override", "check_model_path", "describe", "fill_model_defaults",
+           "apply_override", "check_model_path", "describe", "eval_sets", "fill_model_defaults",
            "find_problems", "load_config", "missing_model_message", "model_defaults",
            "render_config", "resolve_model_defaults", "save_config", "to_dict", "validate"]

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmrlvr.config.schema import TRACKERS, Config, ConfigError
+from mmrlvr.config.schema import (
+    EVAL_SET_NAME,
+    RESERVED_EVAL_NAMES,
+    TRACKERS,
+    Config,
+    ConfigError,
+)
 from mmrlvr.config.synonyms import value_hint
 
 
@@ -205,6 +212,25 @@ def _item_problems(node: Any, prefix: str = "") -> list[str]:
     return out
 
 
+def _eval_set_problems(spec: Any) -> list[str]:
+    """`data.eval` as a mapping: names usable in metric names and dirs, each path a string."""
+    if not isinstance(spec, dict):
+        return []
+    out = []
+    for name, path in spec.items():
+        where = f"config key 'data.eval.{name}'"
+        if not isinstance(name, str) or not re.fullmatch(EVAL_SET_NAME, name):
+            out.append(f"config key 'data.eval' has a set named {name!r}: name each set with "
+                       f"letters, digits, '_' or '-' (quote YAML's yes/no/on/off), e.g. in, ood")
+        elif name in RESERVED_EVAL_NAMES:
+            out.append(f"{where}: {name!r} is taken by the first set's own metrics; choose "
+                       f"another name (not one of {list(RESERVED_EVAL_NAMES)})")
+        if not isinstance(path, str) or not path:
+            out.append(f"{where} must be a dataset path (a JSONL file, a dir, PATH@SPLIT), "
+                       f"got {path!r}")
+    return out
+
+
 def find_problems(cfg: Config) -> list[str]:
     """Every problem with `cfg`'s values, one line each (empty: none); `validate` raises them."""
     problems = []
@@ -219,6 +245,7 @@ def find_problems(cfg: Config) -> list[str]:
         "model.dtype": (cfg.model.dtype, ("auto", "float32", "bfloat16")),
         "model.param_dtype": (cfg.model.param_dtype, ("float32", "bfloat16")),
         "train.strategy": (cfg.train.strategy, ("auto", "ddp", "fsdp2")),
+        "train.sampler": (cfg.train.sampler, ("uniform", "difficulty")),
         "sft.pwsd.teacher": (cfg.sft.pwsd.teacher, ("live", "frozen")),
     }
     for key, (value, allowed) in choices.items():
@@ -252,6 +279,7 @@ def find_problems(cfg: Config) -> list[str]:
             problems.append(f"config key 'train.report_to[{i}]' is {name!r}; choose from "
                             f"{list(TRACKERS)} (an empty list: metrics.jsonl only)")
     problems += _item_problems(cfg)
+    problems += _eval_set_problems(cfg.data.eval)
     for t in cfg.data.templates:
         if isinstance(t, str) and "{question}" not in t:
             problems.append(f"config key 'data.templates': {t!r} has no {{question}} slot; "

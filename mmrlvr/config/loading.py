@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,14 @@ def _coerce(hint: Any, value: Any, dotted: str, problems: list[str]) -> Any:
     if dataclasses.is_dataclass(hint):
         return _from_dict(hint, value, dotted + ".", problems)
     origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):           # `data.eval`: a path or {name: path}
+        for option in typing.get_args(hint):
+            try:
+                return _coerce(option, value, dotted, problems)
+            except ConfigError:
+                pass
+        raise ConfigError(f"config key '{dotted}' must be a path or a mapping {{name: path}}, "
+                          f"got {value!r}")
     if hint is float:
         value = _as_float(value)
     if hint in (int, float, str, bool) and type(value) is not hint:  # bool is an int subclass
@@ -148,7 +157,10 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
             node[part] = {}
         node = node[part]
         if not isinstance(node, dict):
-            raise ConfigError(f"override {override!r}: '{part}' is not a section")
+            hint = (f"; it holds one value here: give the whole mapping, e.g. "
+                    f"{'.'.join(parts[:-1])}='{{in: A, {parts[-1]}: B}}'"
+                    if part == "eval" else "")
+            raise ConfigError(f"override {override!r}: '{part}' is not a section{hint}")
     node[parts[-1]] = value
 
 

@@ -58,8 +58,8 @@ class ModelConfig:
 class DataConfig:
     train: str = ""
     """Training set: JSONL/JSON/parquet/arrow file, a save_to_disk or shard dir, `PATH@SPLIT`, or `layout:PATH`."""
-    eval: str = ""
-    """Held-out set in the same forms; empty skips eval."""
+    eval: str | dict[str, str] = ""
+    """Held-out set in the same forms, or several as {name: path} (the first logs eval/..., the others eval/<name>/...); empty skips eval."""
     on_error: str = "raise"
     """Bad rows: `raise` stops with the file and row, `skip` drops and counts them."""
     eval_limit: int = 0
@@ -158,6 +158,10 @@ class TrainConfig:
     """How many recent checkpoints to keep."""
     seed: int = 0
     """Seed for data order, sampling and init."""
+    sampler: str = "uniform"
+    """Prompt order: `uniform` (seeded permutations) or `difficulty` (docs/difficulty_sampling.md)."""
+    sampler_options: dict[str, Any] = field(default_factory=dict)
+    """Options of the `difficulty` sampler (states, coupling, neighbours, floor, temperature, decay, ...)."""
     out_dir: str = "runs/default"
     """The run dir: config, metrics, checkpoints, report."""
     device: str = "auto"
@@ -196,6 +200,8 @@ class PWSDStageConfig:
     """Student rollouts distilled per step."""
     teacher: str = "live"
     """`live`: the model being trained scores as teacher; `frozen`: the SFT weights PWSD started from."""
+    dash: dict[str, Any] | None = None
+    """DASH options for the pwsd objective, e.g. `{gamma: 0.9}` (docs/dash.md); None: off."""
     batch_prompts: int = 8
     """Prompts per step."""
     group_size: int = 2
@@ -272,3 +278,17 @@ def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]
         else:
             rows.append((f"{prefix}{f.name}", repr(getattr(default, f.name)), docs.get(f.name, "")))
     return rows
+
+
+EVAL_SET_NAME = r"[A-Za-z0-9_-]+"
+"""What a `data.eval` set name may hold: it names metrics (`eval/<name>/...`) and a dir."""
+RESERVED_EVAL_NAMES = ("eval", "family", "answer_type", "reward")
+"""Set names that would collide with the first set's own metric or record names."""
+
+
+def eval_sets(spec: str | dict[str, str]) -> list[tuple[str, str]]:
+    """`data.eval` as an ordered list of (name, path): one path is one set named `eval`; a
+    mapping keeps its order (the first set is the one whose metrics keep today's names)."""
+    if isinstance(spec, dict):
+        return [(str(name), path) for name, path in spec.items()]
+    return [("eval", spec)] if spec else []

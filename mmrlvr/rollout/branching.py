@@ -277,30 +277,82 @@ def latent_noise(model: nn.Module, plan: NoisePlan | None,
                            f"site {plan.site!r} of {type(model).__name__} is not on the generate path")
 
 
+EDIT_MAX_TOKENS = 256
+"""`rollout/pairwise_edit` compares the first this many tokens of each completion (our choice:
+it bounds the cost, O(pairs·256²), on long GPU completions; the CPU runs' are shorter)."""
+
+
+def normalised_edit(seqs: list[list[int]], pairs: list[tuple[int, int]]) -> np.ndarray:
+    """Levenshtein distance of each pair (i, j) of `seqs`, divided by the longer length (0 for
+    two empty ones): [len(pairs)] in [0, 1]. The O(n·m) dynamic programme, one row of the table
+    at a time for every pair at once; each row's insertions are a running minimum
+    (cur[j] = min over k <= j of cand[k] + j - k)."""
+    if not pairs:
+        return np.zeros(0)
+    a = [seqs[i] for i, _ in pairs]
+    b = [seqs[j] for _, j in pairs]
+    la, lb = np.array([len(x) for x in a]), np.array([len(x) for x in b])    # [P]
+    n, m = max(int(la.max()), 1), max(int(lb.max()), 1)
+    A, B = np.full((len(pairs), n), -1), np.full((len(pairs), m), -2)        # distinct pads
+    for p, (x, y) in enumerate(zip(a, b)):
+        A[p, :len(x)], B[p, :len(y)] = x, y
+    cols = np.arange(m + 1)
+    prev = np.tile(cols, (len(pairs), 1))                                    # D[0, j] = j
+    dist = np.where(la == 0, lb, 0)
+    for i in range(1, int(la.max()) + 1):
+        cand = np.empty_like(prev)                                           # [P, m+1]
+        cand[:, 0] = i
+        cand[:, 1:] = np.minimum(prev[:, :-1] + (A[:, i - 1:i] != B), prev[:, 1:] + 1)
+        prev = np.minimum.accumulate(cand - cols, axis=1) + cols
+        done = la == i
+        dist[done] = prev[done, lb[done]]
+    return dist / np.maximum(np.maximum(la, lb), 1)
+
+
+def _group_pairs(rows_by_group: list[list[int]]) -> list[tuple[int, int]]:
+    return [(r[x], r[y]) for r in rows_by_group for x in range(len(r)) for y in range(x + 1, len(r))]
+
+
 def branch_metrics(rollouts, scores: list[list[dict[str, float]]]) -> dict[str, float]:
     """Per-step exploration figures of one batch of rollouts and their scores ([B][G] dicts).
 
     Always: `rollout/distinct_answers` (mean over groups of distinct extracted final answers,
-    unparsed ones not counted) and `rollout/first_token_entropy` (mean entropy of the first
-    sampled position, where the engine recorded it). With noisy members in the batch, also
-    `branch/{clean,noisy}_{reward,accuracy,first_token_entropy}` and `branch/noisy_frac`.
-    The zero-spread group fraction is logged by the trainer (`reward/zero_spread_frac`).
+    unparsed ones not counted), `rollout/pairwise_edit` (mean over the pairs of members of one
+    group of their token-level Levenshtein distance over the longer length; the first
+    `EDIT_MAX_TOKENS` tokens) and `rollout/first_token_entropy` (mean entropy of the first
+    sampled position, where the engine recorded it); where the rewards have an `accuracy` part,
+    `rollout/pass_at_group` (share of groups with at least one member scoring accuracy > 0).
+    With noisy members in the batch, also `branch/{clean,noisy}_{reward,accuracy,
+    first_token_entropy}`, `branch/{clean,noisy}_distinct_answers` and
+    `branch/{clean,noisy}_pairwise_edit` (within the clean and within the noisy members of each
+    group), and `branch/noisy_frac`. The zero-spread group fraction is logged by the trainer
+    (`reward/zero_spread_frac`).
     """
     from rewards.verify import extract_answer
 
     G = rollouts.group_size
     texts, branch = rollouts.texts, rollouts.branch
-    distinct = []
-    for start in range(0, len(texts), G):
-        answers = {a.strip() for a in map(extract_answer, texts[start:start + G]) if a is not None}
-        distinct.append(len(answers))
-    out = {"rollout/distinct_answers": float(np.mean(distinct))}
+    answers = [None if a is None else a.strip() for a in map(extract_answer, texts)]   # [N]
+    groups = [list(range(start, start + G)) for start in range(0, len(texts), G)]
+
+    def distinct(rows: list[int]) -> int:
+        return len({answers[i] for i in rows if answers[i] is not None})
+
+    kept = rollouts.completion_mask.bool()
+    seqs = [rollouts.completion_ids[r][kept[r]][:EDIT_MAX_TOKENS].tolist() for r in range(len(texts))]
+    flat = [s for group in scores for s in group]                                # [N]
+    out = {"rollout/distinct_answers": float(np.mean([distinct(g) for g in groups]))}
+    edits = normalised_edit(seqs, _group_pairs(groups))
+    if len(edits):
+        out["rollout/pairwise_edit"] = float(edits.mean())
+    if flat and "accuracy" in flat[0]:
+        out["rollout/pass_at_group"] = float(np.mean([any(flat[i]["accuracy"] > 0 for i in g)
+                                                      for g in groups]))
     entropy = rollouts.stats.get("first_token_entropy")                         # [N] or absent
     if entropy is not None:
         out["rollout/first_token_entropy"] = float(entropy.mean())
     if "noisy" not in branch:
         return out
-    flat = [s for group in scores for s in group]                                # [N]
     out["branch/noisy_frac"] = branch.count("noisy") / len(branch)
     for tag in ("clean", "noisy"):
         rows = [i for i, b in enumerate(branch) if b == tag]
@@ -311,4 +363,9 @@ def branch_metrics(rollouts, scores: list[list[dict[str, float]]]) -> dict[str, 
             out[f"branch/{tag}_accuracy"] = float(np.mean([flat[i]["accuracy"] for i in rows]))
         if entropy is not None:
             out[f"branch/{tag}_first_token_entropy"] = float(entropy[rows].mean())
+        members = [[i for i in g if branch[i] == tag] for g in groups]
+        out[f"branch/{tag}_distinct_answers"] = float(np.mean([distinct(m) for m in members if m]))
+        edits = normalised_edit(seqs, _group_pairs(members))
+        if len(edits):
+            out[f"branch/{tag}_pairwise_edit"] = float(edits.mean())
     return out

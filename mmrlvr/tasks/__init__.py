@@ -23,6 +23,8 @@ class TaskOptions:
     image_size: int = 112
     families: list[str] | None = None
     compact: bool = False
+    ood: bool = False
+    """shapes: also write test_ood.jsonl, a shifted test split (`mmrlvr.tasks.shapes_ood`)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class Task:
 
 
 TASKS = Registry("data task")
-TASKS.register("shapes", "mmrlvr.tasks.shapes:TASK")
+TASKS.register("shapes", "mmrlvr.tasks.shapes_ood:TASK")   # shapes.py + --ood
 TASKS.register("medvqa", "mmrlvr.tasks.medvqa:TASK")
 TASKS.register("tones", "mmrlvr.tasks.tones:TASK")
 TASKS.register("banners", "mmrlvr.tasks.banners:TASK")

@@ -2,7 +2,8 @@
 
 Images are flat white or light-gray squares holding a few large, solid, non-overlapping shapes
 (circle, square, triangle) in four saturated colours (red, green, blue, yellow), legible at
-56-112 px for a tiny vision-language model. Seven task families ask about them:
+56-112 px for a tiny vision-language model. Seven task families ask about them
+(`shapes_ood` draws the same families from a shifted `Dist` for `test_ood.jsonl`):
 
     count        How many shapes are in the image?                 -> "1".."5"
     color        What colour is the shape?                         -> red/green/blue/yellow
@@ -33,7 +34,6 @@ from typing import Any, Callable
 from PIL import Image, ImageDraw
 
 from mmrlvr.data import Example, write_jsonl
-from mmrlvr.tasks import Task
 
 COLORS: dict[str, tuple[int, int, int]] = {
     "red": (220, 20, 20),
@@ -44,6 +44,8 @@ COLORS: dict[str, tuple[int, int, int]] = {
 """Shape colours by name (saturated, far apart; exact RGB since drawing is not anti-aliased)."""
 KINDS: tuple[str, ...] = ("circle", "square", "triangle")
 BACKGROUNDS: dict[str, tuple[int, int, int]] = {"white": (255, 255, 255), "gray": (235, 235, 235)}
+SHIFTED_BACKGROUNDS: dict[str, tuple[int, int, int]] = {"slate": (200, 212, 228)}
+"""Backgrounds no train/test scene uses (the out-of-distribution split's, `shapes_ood`)."""
 COLOR_NAMES: tuple[str, ...] = tuple(COLORS)
 GRID = 3
 """Multi-shape scenes place shapes in distinct cells of a GRID x GRID layout (never overlap)."""
@@ -77,7 +79,8 @@ class Scene:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def render(self, image_size: int) -> Image.Image:
-        img = Image.new("RGB", (image_size, image_size), BACKGROUNDS[self.background])
+        fill = BACKGROUNDS.get(self.background) or SHIFTED_BACKGROUNDS[self.background]
+        img = Image.new("RGB", (image_size, image_size), fill)
         draw = ImageDraw.Draw(img)
         for s in self.shapes:
             x0, y0 = s.x - s.size // 2, s.y - s.size // 2
@@ -152,13 +155,14 @@ def _place(rng: random.Random, lo: float, hi: float, side: int) -> int:
     return rng.randint(a, b) if b > a else (a + b) // 2
 
 
-def _single(rng: random.Random, kind: str, color: str, size: int) -> Shape:
-    side = int(size * rng.uniform(0.35, 0.6))
+def _single(rng: random.Random, kind: str, color: str, size: int, dist: Dist) -> Shape:
+    side = int(size * rng.uniform(*dist.single_scale))
     return Shape(kind, color, _place(rng, 0, size, side), _place(rng, 0, size, side), side)
 
 
-def _bg(rng: random.Random) -> str:
-    return rng.choice(list(BACKGROUNDS))
+def _bg(rng: random.Random, dist: Dist, lone: bool = False) -> str:
+    """A background name; `lone`: of a color/kind/position scene (`dist.lone_backgrounds`)."""
+    return rng.choice(list(dist.lone_backgrounds if lone else dist.backgrounds))
 
 
 def _shuffled(rng: random.Random, items: list) -> list:
@@ -182,14 +186,37 @@ ANSWER_CELLS: dict[str, list] = {
 """Each family's answer cells (arith: (operation, answer)); answers are balanced over these."""
 
 
-def _choose(rng: random.Random, family: str, pick: int | None):
-    """The answer cell: `ANSWER_CELLS[family][pick]` when dealt, else a uniform draw."""
-    cells = ANSWER_CELLS[family]
+@dataclass(frozen=True)
+class Dist:
+    """What the generators draw from; the defaults are the train/test distribution
+    (`shapes_ood` shifts it)."""
+
+    cells: dict[str, list] = field(default_factory=lambda: ANSWER_CELLS)
+    most: int = 5
+    """Most shapes in a count_color / arith (minus) scene."""
+    yesno_shapes: tuple[int, int] = (1, 4)
+    single_scale: tuple[float, float] = (0.35, 0.6)
+    """Side of a lone shape (color, kind) as a fraction of the image."""
+    pair_scale: tuple[float, float] = (0.25, 0.4)
+    """Side of each shape of a position scene as a fraction of the image."""
+    backgrounds: tuple[str, ...] = tuple(BACKGROUNDS)
+    """Backgrounds of the multi-shape scenes (count, count_color, arith, yesno)."""
+    lone_backgrounds: tuple[str, ...] = tuple(BACKGROUNDS)
+    """Backgrounds of the color, kind and position scenes."""
+
+
+TRAIN = Dist()
+
+
+def _choose(rng: random.Random, family: str, pick: int | None, dist: Dist = TRAIN):
+    """The answer cell: `dist.cells[family][pick]` when dealt, else a uniform draw."""
+    cells = dist.cells[family]
     return cells[pick % len(cells)] if pick is not None else rng.choice(cells)
 
 
-def gen_count(rng: random.Random, size: int, pick: int | None = None) -> Scene:
-    n = _choose(rng, "count", pick)
+def gen_count(rng: random.Random, size: int, pick: int | None = None, dist: Dist = TRAIN
+              ) -> Scene:
+    n = _choose(rng, "count", pick, dist)
     specs = [(rng.choice(KINDS), rng.choice(COLOR_NAMES)) for _ in range(n)]
     shapes = _grid_layout(rng, specs, size)
     groups = _groups(shapes)
@@ -202,30 +229,33 @@ def gen_count(rng: random.Random, size: int, pick: int | None = None) -> Scene:
         arith = " + ".join(str(g[0]) for g in groups) + f" = {n}"
         reasoning = f"I see {_describe(groups)}. {arith}."
         steps = [f"There {_be(g[0])} {_describe([g])}." for g in groups] + [arith]
-    return Scene(shapes, _bg(rng), "How many shapes are in the image?", str(n), reasoning,
+    return Scene(shapes, _bg(rng, dist), "How many shapes are in the image?", str(n), reasoning,
                  steps, {"count": n})
 
 
-def gen_color(rng: random.Random, size: int, pick: int | None = None) -> Scene:
-    color, kind = _choose(rng, "color", pick), rng.choice(KINDS)
-    shapes = [_single(rng, kind, color, size)]
-    return Scene(shapes, _bg(rng), "What colour is the shape?", color,
+def gen_color(rng: random.Random, size: int, pick: int | None = None, dist: Dist = TRAIN
+              ) -> Scene:
+    color, kind = _choose(rng, "color", pick, dist), rng.choice(KINDS)
+    shapes = [_single(rng, kind, color, size, dist)]
+    return Scene(shapes, _bg(rng, dist, lone=True), "What colour is the shape?", color,
                  f"I see 1 {color} {kind}. Its colour is {color}.",
                  [f"There is 1 {color} {kind}.", f"Its colour is {color}."],
                  {"color": color, "answer_set": list(COLOR_NAMES)})
 
 
-def gen_kind(rng: random.Random, size: int, pick: int | None = None) -> Scene:
-    kind, color = _choose(rng, "kind", pick), rng.choice(COLOR_NAMES)
-    shapes = [_single(rng, kind, color, size)]
-    return Scene(shapes, _bg(rng), "What shape is in the image?", kind,
+def gen_kind(rng: random.Random, size: int, pick: int | None = None, dist: Dist = TRAIN
+             ) -> Scene:
+    kind, color = _choose(rng, "kind", pick, dist), rng.choice(COLOR_NAMES)
+    shapes = [_single(rng, kind, color, size, dist)]
+    return Scene(shapes, _bg(rng, dist, lone=True), "What shape is in the image?", kind,
                  f"I see 1 {color} {kind}. It is a {kind}.",
                  [f"There is 1 {color} {kind}.", f"It is a {kind}."],
                  {"kind": kind, "answer_set": list(KINDS)})
 
 
-def gen_position(rng: random.Random, size: int, pick: int | None = None) -> Scene:
-    side_ans = _choose(rng, "position", pick)
+def gen_position(rng: random.Random, size: int, pick: int | None = None, dist: Dist = TRAIN
+                 ) -> Scene:
+    side_ans = _choose(rng, "position", pick, dist)
     k1, k2 = rng.sample(KINDS, 2)
     c1, c2 = rng.sample(COLOR_NAMES, 2)
     half = size / 2
@@ -233,40 +263,42 @@ def gen_position(rng: random.Random, size: int, pick: int | None = None) -> Scen
     for (kind, color), (lo, hi) in zip(((k1, c1), (k2, c2)),
                                        ((0, half), (half, size)) if side_ans == "left"
                                        else ((half, size), (0, half))):
-        side = max(4, int(size * rng.uniform(0.25, 0.4)))
+        side = max(4, int(size * rng.uniform(*dist.pair_scale)))
         shapes.append(Shape(kind, color, _place(rng, lo, hi, side), _place(rng, 0, size, side),
                             side))
     other = "right" if side_ans == "left" else "left"
     first = f"The {c1} {k1} is on the {side_ans}."
     second = f"The {c2} {k2} is on the {other}."
-    return Scene(_shuffled(rng, shapes), _bg(rng),
+    return Scene(_shuffled(rng, shapes), _bg(rng, dist, lone=True),
                  f"Is the {c1} {k1} on the left or the right?", side_ans,
                  f"{first} {second}", [first, second],
                  {"target": {"kind": k1, "color": c1}, "side": side_ans})
 
 
-def gen_count_color(rng: random.Random, size: int, pick: int | None = None) -> Scene:
-    k = _choose(rng, "count_color", pick)
-    n = rng.randint(k + 1, 5)
+def gen_count_color(rng: random.Random, size: int, pick: int | None = None, dist: Dist = TRAIN
+                    ) -> Scene:
+    k = _choose(rng, "count_color", pick, dist)
+    n = rng.randint(k + 1, dist.most)
     target, other = rng.sample(COLOR_NAMES, 2)
     specs = [(rng.choice(KINDS), target) for _ in range(k)]
     specs += [(rng.choice(KINDS), other) for _ in range(n - k)]
     shapes = _grid_layout(rng, _shuffled(rng, specs), size)
     s1 = f"There {_be(k)} {k} {target} {plural('shape', k)}."
     s2 = f"There {_be(n - k)} {n - k} {other} {plural('shape', n - k)}."
-    return Scene(shapes, _bg(rng), f"How many {target} shapes are there?", str(k),
+    return Scene(shapes, _bg(rng, dist), f"How many {target} shapes are there?", str(k),
                  f"I see {k} {target} {plural('shape', k)} and {n - k} {other} "
                  f"{plural('shape', n - k)}. So {k} {_be(k)} {target}.",
                  [s1, s2], {"color": target, "other_color": other, "count": k})
 
 
-def gen_arith(rng: random.Random, size: int, pick: int | None = None) -> Scene:
-    op, ans = _choose(rng, "arith", pick)
+def gen_arith(rng: random.Random, size: int, pick: int | None = None, dist: Dist = TRAIN
+              ) -> Scene:
+    op, ans = _choose(rng, "arith", pick, dist)
     if op == "plus":
         a = rng.randint(1, ans - 1)
         b = ans - a
     else:
-        b = rng.randint(1, (5 - ans) // 2)
+        b = rng.randint(1, (dist.most - ans) // 2)
         a = b + ans
     ka, kb = rng.sample(KINDS, 2)
     specs = [(ka, rng.choice(COLOR_NAMES)) for _ in range(a)]
@@ -278,17 +310,18 @@ def gen_arith(rng: random.Random, size: int, pick: int | None = None) -> Scene:
         prompt = f"How many {plural(ka, 2)} plus {plural(kb, 2)} are there?"
     else:
         prompt = f"How many more {plural(ka, 2)} than {plural(kb, 2)} are there?"
-    return Scene(shapes, _bg(rng), prompt, str(ans),
+    return Scene(shapes, _bg(rng, dist), prompt, str(ans),
                  f"I see {a} {plural(ka, a)} and {b} {plural(kb, b)}. {eq}.",
                  [f"There {_be(a)} {a} {plural(ka, a)}.", f"There {_be(b)} {b} {plural(kb, b)}.",
                   eq],
                  {"op": op, "kinds": [ka, kb], "counts": [a, b]})
 
 
-def gen_yesno(rng: random.Random, size: int, pick: int | None = None) -> Scene:
-    present = _choose(rng, "yesno", pick)
+def gen_yesno(rng: random.Random, size: int, pick: int | None = None, dist: Dist = TRAIN
+              ) -> Scene:
+    present = _choose(rng, "yesno", pick, dist)
     tk, tc = rng.choice(KINDS), rng.choice(COLOR_NAMES)
-    n = rng.randint(1, 4)
+    n = rng.randint(*dist.yesno_shapes)
     others = [(k, c) for k in KINDS for c in COLOR_NAMES if (k, c) != (tk, tc)]
     # distractors that share the colour or the kind make "no" scenes less trivial
     near = [(k, c) for k, c in others if k == tk or c == tc]
@@ -298,7 +331,7 @@ def gen_yesno(rng: random.Random, size: int, pick: int | None = None) -> Scene:
     shapes = _grid_layout(rng, _shuffled(rng, specs), size)
     seen = f"I see {_describe(_groups(shapes))}."
     verdict = f"There is a {tc} {tk}." if present else f"There is no {tc} {tk}."
-    return Scene(shapes, _bg(rng), f"Is there a {tc} {tk} in the image?",
+    return Scene(shapes, _bg(rng, dist), f"Is there a {tc} {tk} in the image?",
                  "yes" if present else "no", f"{seen} {verdict}", [seen, verdict],
                  {"target": {"kind": tk, "color": tc}, "present": present})
 
@@ -323,12 +356,13 @@ balanced within each family (to one item per cell).
 
 # ----------------------------------------------------------------------------- examples
 
-def _scene(family: str, rng: random.Random, image_size: int, pick: int | None = None) -> Scene:
+def _scene(family: str, rng: random.Random, image_size: int, pick: int | None = None,
+           dist: Dist = TRAIN) -> Scene:
     if family not in FAMILIES:
         raise ValueError(f"unknown shapes family {family!r}; known: {list(FAMILIES)}")
     if image_size < 28:
         raise ValueError(f"image_size must be at least 28 px, got {image_size}")
-    return FAMILIES[family](rng, image_size, pick)
+    return FAMILIES[family](rng, image_size, pick, dist)
 
 
 def _example(family: str, scene: Scene, image_path: Path) -> Example:
@@ -391,11 +425,12 @@ def _content_key(family: str, scene: Scene, img: Image.Image) -> tuple[str, str,
 
 
 def _split(out_dir: Path, split: str, n: int, rng: random.Random, weights: dict[str, float],
-           image_size: int, avoid: set, keys: set) -> tuple[list[Example], dict[str, int]]:
+           image_size: int, avoid: set, keys: set, dist: Dist = TRAIN
+           ) -> tuple[list[Example], dict[str, int]]:
     counts = _allocate(n, weights)
     order = []
     for f in weights:  # deal each family's answer cells evenly, in a shuffled order
-        cells = len(ANSWER_CELLS[f])
+        cells = len(dist.cells[f])
         offset = rng.randrange(cells)  # which cells get the remainder varies with the seed
         picks = [(offset + j) % cells for j in range(counts[f])]
         rng.shuffle(picks)
@@ -404,7 +439,7 @@ def _split(out_dir: Path, split: str, n: int, rng: random.Random, weights: dict[
     examples = []
     for i, (family, pick) in enumerate(order):
         for _ in range(1000):
-            scene = _scene(family, rng, image_size, pick)
+            scene = _scene(family, rng, image_size, pick, dist)
             img = scene.render(image_size)
             key = _content_key(family, scene, img)
             if key not in avoid:
@@ -456,8 +491,4 @@ def make_shapes(out_dir: str | Path, *, n_train: int = 2000, n_test: int = 200, 
     (out_dir / "info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info
 
-
-TASK = Task(
-    "counting, colour and kind questions about drawn shapes (vision)",
-    lambda out, o: make_shapes(out, n_train=o.n_train, n_test=o.n_test, seed=o.seed,
-                               image_size=o.image_size, families=o.families))
+# The task entry (`mmrlvr data shapes`, with `--ood`) is `mmrlvr.tasks.shapes_ood.TASK`.

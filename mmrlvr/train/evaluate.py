@@ -69,6 +69,7 @@ def score_examples(policy, engine, examples: list[Example], *, max_new_tokens: i
             if sampled is not None:
                 group = sampled.texts[i * samples:(i + 1) * samples]
                 record["passed"] = float(any(s["overall"] for s in acc_reward.score(ex, group)))
+                record["k"] = samples
             records.append(record)
         bar.update(len(chunk))
     bar.close()
@@ -114,8 +115,8 @@ def question_record(r: dict[str, Any]) -> dict[str, Any]:
     """One question's eval outcome as written to disk (what `mmrlvr compare` pairs by id)."""
     out = {"id": r["id"], "prompt": r["prompt"], "gold": r["gold"], "completion": r["completion"],
            "correct": bool(r["correct"]), "family": r["family"]}
-    if "passed" in r:
-        out["passed"] = bool(r["passed"])
+    if "passed" in r:                              # pass@k: any of k samples correct
+        out["passed"], out["k"] = bool(r["passed"]), r.get("k")
     out.update(r["graded"])                        # `reward` and `reward/<part>`, where scored
     return out
 

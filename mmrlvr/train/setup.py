@@ -5,9 +5,12 @@ before anything loads.
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 import random
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,9 +20,9 @@ import torch
 
 import modalities
 from mmrlvr import objectives as objectives_mod
-from mmrlvr.config import (Config, ConfigError, check_model_path, resolve_model_defaults,
-                           save_config, to_dict)
-from mmrlvr.data import LoadReport, load_split
+from mmrlvr.config import (Config, ConfigError, DataConfig, check_model_path, eval_sets,
+                           resolve_model_defaults, save_config, to_dict)
+from mmrlvr.data import Example, LoadReport, load_split
 from mmrlvr.algo import shaping
 from mmrlvr.rollout import make_engine
 from mmrlvr.train import parallel
@@ -27,6 +30,7 @@ from mmrlvr.train.checkpoint import latest_checkpoint, load_sharded, load_traine
 from mmrlvr.train.parallel import Dist, LaunchError
 from mmrlvr.train.policy import Policy, bf16_update_warning, load_model
 from mmrlvr.train.rundir import RunDirError, claim
+from mmrlvr.train.difficulty import DifficultySampler
 from mmrlvr.train.sampler import PromptSampler
 from rewards import build_combined
 
@@ -74,13 +78,15 @@ class Run:
     scheduler: Any
     train_data: list
     eval_data: list
-    sampler: PromptSampler
+    sampler: PromptSampler | DifficultySampler
     ref_model: torch.nn.Module | None
     run_dir: Path
     report: LoadReport
     shapers: list = field(default_factory=list)
     lock: Any = None
     skips: Skips = None
+    extra_evals: dict[str, list] = field(default_factory=dict)
+    """The `data.eval` sets after the first, by name (`eval_data` is the first)."""
 
 
 def start_processes(cfg: Config, batch: int, what: str = "train.batch_prompts") -> Dist:
@@ -157,6 +163,13 @@ def load_reference(cfg: Config, d: Dist, policy: Policy) -> torch.nn.Module:
     return ref
 
 
+def load_eval_sets(data_cfg: DataConfig) -> list[tuple[str, Sequence[Example]]]:
+    """Every `data.eval` set as (name, examples), in config order, each loaded with the data
+    options and cut to `data.eval_limit` rows on its own; [] without eval data."""
+    return [(name, load_split(dataclasses.replace(data_cfg, eval=path), "eval"))
+            for name, path in eval_sets(data_cfg.eval)]
+
+
 def claim_run_dir(d: Dist, run_dir: Path, cfg: Config, resume: bool = False,
                   overwrite: bool = False, force: bool = False):
     """Rank 0 locks the run dir (`mmrlvr.train.rundir`); every rank raises the same error if it may
@@ -191,13 +204,27 @@ def build_run(cfg: Config, resume: bool = False, overwrite: bool = False,
         raise
 
 
+def make_sampler(cfg: Config, train_data) -> PromptSampler | DifficultySampler:
+    """`train.sampler`: the uniform order, or the difficulty-aware one over the prompts' texts."""
+    if cfg.train.sampler == "uniform":
+        return PromptSampler(len(train_data), cfg.train.seed)
+    known = set(inspect.signature(DifficultySampler).parameters) - {"texts", "seed", "families", "cursor"}
+    unknown = sorted(set(cfg.train.sampler_options) - known)
+    if unknown:
+        raise ValueError(f"train.sampler_options: unknown option(s) {unknown}; the difficulty "
+                         f"sampler takes {sorted(known)}")
+    rows = [(ex.prompt, ex.meta.get("family")) for ex in train_data]     # one pass (lazy splits too)
+    return DifficultySampler([p for p, _ in rows], cfg.train.seed, families=[f for _, f in rows],
+                             **cfg.train.sampler_options)
+
+
 def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool) -> tuple[Run, int]:
     if d.main:
         save_config(cfg, run_dir / "config.yaml")
 
     report = LoadReport()
     train_data = load_split(cfg.data, "train", report)
-    eval_data = load_split(cfg.data, "eval")
+    (_, eval_data), *extra_evals = load_eval_sets(cfg.data) or [("eval", [])]
     if d.main:
         report.write(run_dir)                  # skipped_rows.jsonl: file, row, id, reason
 
@@ -218,7 +245,7 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool) -> tuple[Run
                                   betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(
         cfg.optim.warmup_steps, cfg.train.steps, cfg.optim.min_lr_ratio, cfg.optim.schedule))
-    sampler = PromptSampler(len(train_data), cfg.train.seed)
+    sampler = make_sampler(cfg, train_data)
     start_step = 0
     if ckpt is not None:
         state = load_trainer_state(ckpt)
@@ -237,6 +264,8 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool) -> tuple[Run
                       "position, but its sampling is not the one the original run would have "
                       "drawn", file=sys.stderr)
         sampler.cursor = state["cursor"]
+        if "sampler" in state:
+            sampler.load_state_dict(state["sampler"])
         start_step = state["step"]
     elif d.world > 1:
         seed_everything(cfg.train.seed + d.rank)   # each rank samples its own rollouts
@@ -244,9 +273,14 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool) -> tuple[Run
     engine = make_engine(cfg.rollout.backend, policy, cfg.rollout.branching,
                          cfg.rollout.vllm_gpu_memory_utilization, seed=cfg.train.seed)
     errors = run_dir / ("reward_errors.jsonl" if d.world == 1 else f"reward_errors.rank{d.rank}.jsonl")
+    shapers = shaping.build(cfg.algo.shaping)
+    clips = [s.name for s in shapers if s.stage == "clip"]
+    if clips and cfg.algo.ppo_epochs == 1 and d.main:
+        print(f"warning: algo.shaping {clips[0]!r} only moves clip bounds, and with algo.ppo_epochs 1 "
+              "every update is on-policy (ratio 1): no bound is ever reached and it changes nothing. "
+              "Set algo.ppo_epochs >= 2 for it to act.", file=sys.stderr)
     run = Run(cfg, d, policy, engine,
               build_combined(cfg.rewards, error_log=errors), objectives, optimizer, scheduler,
-              train_data, eval_data, sampler, ref_model, run_dir, report,
-              shaping.build(cfg.algo.shaping), lock,
-              Skips())
+              train_data, eval_data, sampler, ref_model, run_dir, report, shapers, lock,
+              Skips(), dict(extra_evals))
     return run, start_step

@@ -32,8 +32,8 @@ from mmrlvr.train.evaluate import evaluate_ranks, write_records
 from mmrlvr.train.logger import RunLogger
 from mmrlvr.rollout import make_engine
 from mmrlvr.train.sampler import PromptSampler
-from mmrlvr.train.setup import (claim_run_dir, load_policy, seed_everything, start_processes,
-                                warmup_cosine)
+from mmrlvr.train.setup import (claim_run_dir, load_eval_sets, load_policy, seed_everything,
+                                start_processes, warmup_cosine)
 from mmrlvr.train.trainer import train
 from mmrlvr.train.update import clip_grad_norm, sync_grads
 from mmrlvr.core.types import ModalityAdapter, select
@@ -77,7 +77,8 @@ def pwsd_config(cfg: Config, init: str | Path) -> Config:
     out.rewards = [{**spec, "weight": 0.0} for spec in cfg.rewards]      # logged, no gradient
     out.eval_rewards = cfg.eval_rewards or cfg.rewards                   # eval keeps the weights
     out.objectives = [{"name": "pwsd", "weight": 1.0, "alpha": stage.alpha,
-                       "max_rows": stage.max_rows, "seed": cfg.train.seed, "teacher": stage.teacher}]
+                       "max_rows": stage.max_rows, "seed": cfg.train.seed, "teacher": stage.teacher,
+                       **({"dash": stage.dash} if stage.dash is not None else {})}]
     out.algo.beta = 0.0
     out.optim.lr = stage.lr
     out.rollout.group_size = stage.group_size
@@ -130,7 +131,7 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
         report.write(out_dir)                  # skipped_rows.jsonl: file, row, id, reason
     for i in range(0, len(data), max(1, len(data) // 256)):   # every row of a loaded split;
         sft_target(data[i])                # 256 spread over a lazy one (the rest when drawn)
-    eval_data = load_split(cfg.data, "eval")
+    eval_data = (load_eval_sets(cfg.data) or [("eval", [])])[0][1]     # SFT evaluates the first set
     policy = load_policy(cfg, d, init=cfg.sft.init or None)
     adapter = policy.adapter
     engine = make_engine("hf", policy)

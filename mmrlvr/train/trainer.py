@@ -75,6 +75,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     nonfinite = ~torch.isfinite(rewards)                  # user rewards were caught already
     rewards = rewards.masked_fill(nonfinite, 0.0)
     advantages = group_advantages(rewards, cfg.algo.advantage, cfg.algo.eps)       # [B, G]
+    if cfg.train.sampler == "difficulty":     # every rank observes the whole step: same state
+        observe_outcomes(run, indices, scores)
     t2 = time.perf_counter()
 
     credit, shaped = token_credit(advantages.flatten(), rollouts.completion_mask, cfg.algo.clip_low,
@@ -136,23 +138,29 @@ def mean_over_ranks(d: Dist, metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_eval(run: Run, step: int, progress: bool = False) -> dict[str, float]:
-    """Held-out figures; every rank scores its share, rank 0 gets the figures ({} elsewhere) and
-    writes each question's outcome to `eval/step-N.jsonl` (what `mmrlvr compare` pairs)."""
+    """Held-out figures of every `data.eval` set; every rank scores its share, rank 0 gets the
+    figures ({} elsewhere) and writes each question's outcome (what `mmrlvr compare` pairs). The
+    first set logs `eval/<metric>` and writes `eval/step-N.jsonl`; each other set logs
+    `eval/<name>/<metric>` and writes `eval/<name>/step-N.jsonl`."""
     cfg = run.cfg
     # eval samples (pass@k) come from the clean model: branching shapes exploration only
     engine = run.engine.without_branching()
     run.engine.wake_up()
-    result, records = evaluate_ranks(
-        run.dist, run.policy, engine, run.eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
-        batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
-        temperature=cfg.rollout.temperature, system_prompt=cfg.data.system_prompt,
-        format_prompt=cfg.data.format_prompt, progress=progress and run.dist.main,
-        reward=build_combined(cfg.eval_rewards or cfg.rewards) if cfg.train.eval_reward else None)
+    out: dict[str, float] = {}
+    for name, data in [("", run.eval_data), *run.extra_evals.items()]:
+        result, records = evaluate_ranks(
+            run.dist, run.policy, engine, data, max_new_tokens=cfg.rollout.max_new_tokens,
+            batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
+            temperature=cfg.rollout.temperature, system_prompt=cfg.data.system_prompt,
+            format_prompt=cfg.data.format_prompt, progress=progress and run.dist.main,
+            reward=build_combined(cfg.eval_rewards or cfg.rewards) if cfg.train.eval_reward
+            else None)
+        if run.dist.main:
+            prefix = f"eval/{name}/" if name else "eval/"
+            write_records(run.run_dir / prefix / f"step-{step}.jsonl", records)
+            out.update({f"{prefix}{k}": v for k, v in result.items()})
     run.engine.sleep()
-    if not run.dist.main:
-        return {}
-    write_records(run.run_dir / "eval" / f"step-{step}.jsonl", records)
-    return {f"eval/{k}": v for k, v in result.items()}
+    return out
 
 
 def train(cfg: Config, resume: bool = False, progress: bool = True, overwrite: bool = False,
@@ -243,11 +251,23 @@ def ranks_in_sync(run: Run) -> bool | None:
     return True
 
 
+def observe_outcomes(run: Run, indices: list[int], scores: list[list[dict[str, float]]]) -> None:
+    """Feed the difficulty sampler each prompt's successes: the `accuracy` part of its members'
+    rewards where the run scores one, else the total clipped to [0, 1]."""
+    key = "accuracy" if scores and "accuracy" in scores[0][0] else "overall"
+    wins = [sum(min(max(s[key], 0.0), 1.0) for s in group) for group in scores]
+    parts = run.dist.gather((indices, wins))
+    run.sampler.observe([i for p in parts for i in p[0]], [w for p in parts for w in p[1]],
+                        run.cfg.rollout.group_size)
+
+
 def _save(run: Run, step: int) -> None:
     d = run.dist
     rng = d.gather(rng_state())
     state = {"step": step, "scheduler": run.scheduler.state_dict(), "rng": rng,
              "cursor": run.sampler.cursor, "world_size": d.world, "strategy": d.strategy}
+    if run.cfg.train.sampler == "difficulty":
+        state["sampler"] = run.sampler.state_dict()
     sharded = None
     if d.strategy == "fsdp2":
         sharded = sharded_state(run.policy.base_model(), run.optimizer)
@@ -277,6 +297,13 @@ def summarize(run: Run, ranks_in_sync: bool | None = None) -> dict[str, Any]:
             summary["reward_start"] = evals[0]["eval/reward"]
             summary["reward_end"] = evals[-1]["eval/reward"]
             summary["reward_gain"] = summary["reward_end"] - summary["reward_start"]
+    for name, data in run.extra_evals.items():      # the other data.eval sets, by name
+        summary[f"{name}/eval_rows"] = len(data)
+        points = [r[f"eval/{name}/accuracy"] for r in rows
+                  if r.get(f"eval/{name}/accuracy") is not None]
+        if points:
+            summary[f"{name}/accuracy_start"], summary[f"{name}/accuracy_end"] = points[0], points[-1]
+            summary[f"{name}/accuracy_gain"] = points[-1] - points[0]
     if trained:
         tail = trained[-10:]
         summary["train_reward_last10"] = float(np.mean([r["reward/mean"] for r in tail]))

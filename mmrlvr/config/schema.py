@@ -150,6 +150,8 @@ class TrainConfig:
     """Prompts per step (B); each gets `rollout.group_size` completions."""
     micro_batch: int = 16
     """Sequences per forward/backward; gradients accumulate over micro-batches."""
+    length_buckets: bool = False
+    """Fill micro-batches with completions of similar length (less padding; float sums reorder)."""
     eval_every: int = 0
     """Evaluate every N steps (0: only at start and end, where eval data is set)."""
     save_every: int = 0

@@ -44,6 +44,9 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     moved = credit.advantages != 0                                                # [N] or [N, C]
     moved = moved.any(dim=1) if moved.dim() == 2 else moved                       # [N]
     rows = [r for r in range(N) if needs_all or moved[r]]
+    if cfg.train.length_buckets:      # longest first: each micro-batch as wide as its own rows
+        lengths = mask.sum(dim=1).tolist()
+        rows.sort(key=lambda r: (-lengths[r], r))
     mb = cfg.train.micro_batch
     micro = [rows[i:i + mb] for i in range(0, len(rows), mb)]
 
@@ -132,6 +135,8 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     out["optim/grad_norm"] = grad_norm
     out["update/trained_rows"] = len(rows)
     out["update/padded_frac"] = padded_fraction(mask, micro)
+    # prompts run per epoch: a group split over micro-batches runs its prompt in each
+    out["update/prompt_forwards"] = float(sum(len({r // G for r in part}) for part in micro))
     if token_count:
         out["policy/entropy"] = entropy_sum / token_count
         if rollouts.sample_logprobs is not None:

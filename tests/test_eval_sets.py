@@ -87,3 +87,25 @@ def test_eval_set_config_errors_and_overrides(tmp_path):
     text = str(err.value)
     assert "set named True" in text and "'family' is taken" in text
     assert "data.eval.x' must be a dataset path" in text and "'o/d'" in text
+
+
+def test_sampled_eval_leaves_the_training_random_stream_alone(tmp_path, tiny_vl, shapes_dir):
+    """pass@k eval samples with its own copy of the RNG: the steps after it are the same as with
+    a greedy-only eval, so eval settings never change what a run trains on."""
+    from mmrlvr.config import load_config
+    from mmrlvr.train.trainer import train
+
+    def run(name, samples):
+        cfg = load_config(None, [
+            f"model.path={tiny_vl}", f"data.train={shapes_dir / 'train.jsonl'}",
+            f"data.eval={shapes_dir / 'test.jsonl'}", "data.eval_limit=4",
+            "rollout.group_size=4", "rollout.max_new_tokens=8", "rollout.temperature=1.0",
+            "train.batch_prompts=2", "train.steps=2", "train.eval_every=1", "train.save_every=0",
+            f"train.eval_samples={samples}", f"train.out_dir={tmp_path / name}"])
+        train(cfg, progress=False)
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k.startswith(("reward/", "loss/", "response/", "policy/"))}
+                for r in rows]
+
+    greedy, sampled = run("greedy", 0), run("sampled", 3)
+    assert greedy[1]["response/length_mean"] > 0 and greedy == sampled

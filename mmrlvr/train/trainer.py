@@ -147,18 +147,22 @@ def run_eval(run: Run, step: int, progress: bool = False) -> dict[str, float]:
     engine = run.engine.without_branching()
     run.engine.wake_up()
     out: dict[str, float] = {}
-    for name, data in [("", run.eval_data), *run.extra_evals.items()]:
-        result, records = evaluate_ranks(
-            run.dist, run.policy, engine, data, max_new_tokens=cfg.rollout.max_new_tokens,
-            batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
-            temperature=cfg.rollout.temperature, system_prompt=cfg.data.system_prompt,
-            format_prompt=cfg.data.format_prompt, progress=progress and run.dist.main,
-            reward=build_combined(cfg.eval_rewards or cfg.rewards) if cfg.train.eval_reward
-            else None)
-        if run.dist.main:
-            prefix = f"eval/{name}/" if name else "eval/"
-            write_records(run.run_dir / prefix / f"step-{step}.jsonl", records)
-            out.update({f"{prefix}{k}": v for k, v in result.items()})
+    # sampled eval (pass@k) draws from its own copy of the random streams: the training run
+    # after it samples exactly what it would with any other eval setting
+    devices = [run.policy.device.index or 0] if run.policy.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        for name, data in [("", run.eval_data), *run.extra_evals.items()]:
+            result, records = evaluate_ranks(
+                run.dist, run.policy, engine, data, max_new_tokens=cfg.rollout.max_new_tokens,
+                batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
+                temperature=cfg.rollout.temperature, system_prompt=cfg.data.system_prompt,
+                format_prompt=cfg.data.format_prompt, progress=progress and run.dist.main,
+                reward=build_combined(cfg.eval_rewards or cfg.rewards) if cfg.train.eval_reward
+                else None)
+            if run.dist.main:
+                prefix = f"eval/{name}/" if name else "eval/"
+                write_records(run.run_dir / prefix / f"step-{step}.jsonl", records)
+                out.update({f"{prefix}{k}": v for k, v in result.items()})
     run.engine.sleep()
     return out
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from mmrlvr.rollout.vllm_sync import checkpoint_name, merge_lora, plain_name, sync_units, unit_key
+from mmrlvr.rollout.vllm_sync import checkpoint_name, merge_lora, plain_name, unit_key
+from tests.vllm_helpers import load, synced, with_lora
 
 KINDS = {"qwen2-vl": "qwen2_vl", "qwen2.5-vl": "qwen2_5_vl", "qwen2-audio": "qwen2_audio"}
 
@@ -43,13 +44,6 @@ def tiny_dirs(tmp_path_factory):
     return {kind: Path(build_tiny(kind, root / kind)) for kind in KINDS}
 
 
-def load(path, dtype=torch.float32):
-    from mmrlvr.train.policy import load_model
-
-    torch.manual_seed(0)
-    return load_model(str(path), dtype)
-
-
 def checkpoint_keys(path: Path) -> set[str]:
     from safetensors import safe_open
 
@@ -58,28 +52,6 @@ def checkpoint_keys(path: Path) -> set[str]:
         with safe_open(str(file), "pt") as f:
             keys |= set(f.keys())
     return keys
-
-
-def synced(model, model_type, dtype=torch.float32, **kw) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    for unit in sync_units(model, model_type, dtype, **kw):
-        for name, tensor in unit:
-            assert name not in out, f"{name} sent twice"
-            out[name] = tensor
-    return out
-
-
-def with_lora(model, seed=1, targets=("q_proj", "k_proj", "v_proj", "o_proj", "qkv")):
-    """peft LoRA (scaling alpha/r = 4) with random B, so the merge is not a no-op."""
-    from peft import LoraConfig, get_peft_model
-
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=16, target_modules=list(targets)))
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-    return peft_model
 
 
 # ------------------------------------------------------------------------------- names

@@ -15,28 +15,20 @@ from typing import Any
 from mmrlvr.core.types import Reward
 from mmrlvr.data import Example
 from rewards.conventions import Group, UserReward, lift
-from rewards.isolation import FAILURE_KINDS, Isolated, RewardError
+from rewards.isolation import FAILURE_KINDS, Isolated, RewardError, ScoresGroups
 
 __all__ = ["FAILURE_KINDS", "Combined", "Isolated", "Reward", "RewardError", "build_combined",
            "lift"]
 
 
-class Combined:
-    """Weighted sum of several rewards; every component is kept under `name/component`."""
+class Combined(ScoresGroups):
+    """Weighted sum of several rewards; every component is kept under `name/component`
+    (`score` of one group: the weighted total and every part's components)."""
 
     def __init__(self, parts: list[tuple[str, float, Reward]]):
         if not parts:
             raise ValueError("at least one reward is needed")
         self.parts = parts
-
-    def score(self, example: Example, completions: list[str], progress: float = 0.0,
-              completion_ids: list[list[int]] | None = None) -> list[dict[str, float]]:
-        """The weighted total and every part's components; `progress` in [0, 1] is how far
-        training is (annealed rewards read it); `completion_ids` (token ids per completion,
-        optional) reach the user rewards that take them (TRL's `completion_ids`, EasyR1's
-        `response_length`)."""
-        ids = None if completion_ids is None else [completion_ids]
-        return self.score_groups([example], [completions], progress, ids)[0]
 
     def score_groups(self, examples: list[Example], groups: list[list[str]], progress: float = 0.0,
                      completion_ids: list[list[list[int]]] | None = None
@@ -45,7 +37,7 @@ class Combined:
         async calls for all the groups run at once; everything else runs group by group."""
         totals = [[dict(overall=0.0) for _ in group] for group in groups]
         for name, weight, reward in self.parts:
-            if isinstance(reward, (Isolated, UserReward)):
+            if isinstance(reward, ScoresGroups):      # all groups in one call (async rewards)
                 scored = reward.score_groups(examples, groups, progress, completion_ids)
             else:
                 scored = [reward.score(ex, group, progress=progress)

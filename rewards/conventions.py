@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from mmrlvr.config import ConfigError
 from mmrlvr.data import Example
-from rewards.isolation import Failure, checked, short
+from rewards.isolation import Failure, ScoresGroups, checked, short
 from rewards.workers import Call, EventLoop, settle
 
 SIGNATURES = {
@@ -76,7 +76,7 @@ def accepted() -> str:
     return "\n".join(f"  {style:<19} {line}" for style, line in SIGNATURES.items())
 
 
-class UserReward:
+class UserReward(ScoresGroups):
     """A user's function, called the way its own trainer calls it, as a group reward."""
 
     style = "native"
@@ -125,11 +125,6 @@ class UserReward:
         """The implicit keyword arguments the function takes (all of them with **kwargs)."""
         return kwargs if self._takes is None else {k: v for k, v in kwargs.items()
                                                    if k in self._takes}
-
-    def score(self, example: Example, completions: list[str], progress: float = 0.0,
-              completion_ids: list[list[int]] | None = None) -> list[dict[str, float]]:
-        ids = None if completion_ids is None else [completion_ids]
-        return self.score_groups([example], [completions], progress, ids)[0]
 
     def score_groups(self, examples: list[Example], groups: list[list[str]], progress: float = 0.0,
                      completion_ids: list[list[list[int]]] | None = None

@@ -29,6 +29,18 @@ from rewards.workers import Call, EventLoop, Pool, settle
 FAILURE_KINDS = ("timeout", "error", "type", "nonfinite")
 
 
+class ScoresGroups:
+    """`score` of one group through the class's `score_groups` (several groups at once)."""
+
+    def score(self, example: Example, completions: list[str], progress: float = 0.0,
+              completion_ids: list[list[int]] | None = None) -> list[dict[str, float]]:
+        """The group's dicts; `progress` in [0, 1] is how far training is (annealed rewards read
+        it); `completion_ids` (token ids per completion, optional) reach the user rewards that
+        take them (TRL's `completion_ids`, EasyR1's `response_length`)."""
+        ids = None if completion_ids is None else [completion_ids]
+        return self.score_groups([example], [completions], progress, ids)[0]
+
+
 class RewardError(RuntimeError):
     """A reward the run cannot go on with: it hangs, or it fails on every completion."""
 
@@ -69,7 +81,7 @@ def checked(value: Any) -> dict[str, float]:
     return {"overall": _number(value, "the score")}
 
 
-class Isolated:
+class Isolated(ScoresGroups):
     """A reward whose calls run under a timeout and whose failures score `failure_value`.
 
     Each completion's dict is the reward's own, plus `failed` (1.0 or 0.0) and `failed_<kind>`
@@ -114,11 +126,6 @@ class Isolated:
     def hung(self) -> int:
         """Calls that ran past the timeout and have not returned yet."""
         return self._pool.outstanding + (self._loop.outstanding if self._loop else 0)
-
-    def score(self, example: Example, completions: list[str], progress: float = 0.0,
-              completion_ids: list[list[int]] | None = None) -> list[dict[str, float]]:
-        ids = None if completion_ids is None else [completion_ids]
-        return self.score_groups([example], [completions], progress, ids)[0]
 
     def score_groups(self, examples: list[Example], groups: list[list[str]], progress: float = 0.0,
                      completion_ids: list[list[list[int]]] | None = None

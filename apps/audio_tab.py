@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from apps.common import DemoContext, UserError, check_question, explain, warn
-from apps.panels import (NO_GOLD, ask_models, build_panel, empty_panel, example_table,
+from apps.panels import (NO_GOLD, ask_models, build_panels, empty_panel, example_table,
                          panel_values)
 from apps.verdicts import listed_choices
 from mmrlvr.data import DataError, Example
@@ -255,11 +255,7 @@ def build(ctx: DemoContext) -> None:
                                         elem_id="audio-max-new")
             examples = example_table(ctx, "audio", ready)
         with gr.Column(scale=7, min_width=420, visible=ready):
-            with gr.Row(equal_height=False):
-                with gr.Column(min_width=200):
-                    trained = build_panel("audio", "trained model")
-                with gr.Column(min_width=200, visible=ctx.base is not None):
-                    base = build_panel("audio-base", "base model", ctx.base_path)
+            trained, base = build_panels("audio", ctx)
             rubric = gr.Dataframe(headers=rubric_headers(ctx), label="static rubric scores",
                                   interactive=False, wrap=True, max_height=420,
                                   elem_id="audio-rubrics", elem_classes=["plain-table"],

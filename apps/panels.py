@@ -60,6 +60,18 @@ def build_panel(prefix: str, title: str, path: str = "") -> Panel:
     return Panel(answer, verdict_md, reasoning, raw)
 
 
+def build_panels(prefix: str, ctx: DemoContext) -> tuple[Panel, Panel]:
+    """The trained model's panel beside the base model's (hidden when the demo has no base)."""
+    import gradio as gr
+
+    with gr.Row(equal_height=False):
+        with gr.Column(min_width=200):
+            trained = build_panel(prefix, "trained model")
+        with gr.Column(min_width=200, visible=ctx.base is not None):
+            base = build_panel(f"{prefix}-base", "base model", ctx.base_path)
+    return trained, base
+
+
 def panel_values(text: str, example: Example | None, done: bool) -> list[str]:
     """(answer markdown, verdict markdown, reasoning, raw) for a completion so far.
 

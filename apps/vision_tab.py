@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from apps.common import DemoContext, UserError, check_question, explain, prepare_images, warn
-from apps.panels import (NO_GOLD, ask_models, build_panel, empty_panel, example_table,
+from apps.panels import (NO_GOLD, ask_models, build_panels, empty_panel, example_table,
                          panel_values)
 from apps.verdicts import listed_choices, reward_rows, reward_specs
 from mmrlvr.data import Example
@@ -134,11 +134,7 @@ def build(ctx: DemoContext) -> None:
                                  value=ctx.format_prompt, lines=2)
             examples = example_table(ctx, "vision", ready)
         with gr.Column(scale=7, min_width=420, visible=ready):
-            with gr.Row(equal_height=False):
-                with gr.Column(min_width=200):
-                    trained = build_panel("vision", "trained model")
-                with gr.Column(min_width=200, visible=ctx.base is not None):
-                    base = build_panel("vision-base", "base model", ctx.base_path)
+            trained, base = build_panels("vision", ctx)
             rewards = gr.Dataframe(headers=reward_headers(ctx), label="rewards (as in training)",
                                    interactive=False, wrap=True, max_height=400,
                                    elem_id="vision-rewards", elem_classes=["plain-table"],

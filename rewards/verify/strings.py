@@ -156,22 +156,10 @@ def unwrap(s: str) -> str:
                     lo += m.end()
                     s = s[m.end() : -1]
                     continue
-        if a == "*" and z == "*":
-            t = s.strip("*")
-            if t and "*" not in t:
-                lo += n - len(s.lstrip("*"))
-                s = t
-                continue
-        if a == "_" and z == "_" and n > 2:
-            t = s.strip("_")
-            if t and "_" not in t:
-                lo += n - len(s.lstrip("_"))
-                s = t
-                continue
-        if a == "`" and z == "`":
-            t = s.strip("`")
-            if t and "`" not in t:
-                lo += n - len(s.lstrip("`"))
+        if a == z and a in "*_`" and (a != "_" or n > 2):      # **x**, __x__, `x`
+            t = s.strip(a)
+            if t and a not in t:
+                lo += n - len(s.lstrip(a))
                 s = t
                 continue
         if a == '"' and z == '"' and n > 2 and '"' not in s[1:-1]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from mmrlvr.algo.shaping import ShapeContext, TokenCredit
+from mmrlvr.algo.shaping import ShapeContext, TokenCredit, is_correct
 from rewards.verify import extract_answer
 
 _OPS = re.compile(r"[+\-*/×÷=<>^]")
@@ -62,7 +62,7 @@ class CueGRPO:
         clusters, moved = [], 0
         for b, group in enumerate(ctx.scores):
             rows = [b * G + g for g, s in enumerate(group)
-                    if s.get(self.correct_key, s["overall"]) >= self.threshold and adv[b * G + g, 0] > 0]
+                    if is_correct(s, self.correct_key, self.threshold) and adv[b * G + g, 0] > 0]
             if len(rows) < 2:
                 continue
             cues = {r: strategy_cue(ctx.rollouts.texts[r]) for r in rows}

@@ -45,7 +45,7 @@ import time
 
 import torch
 
-from mmrlvr.algo.shaping import ShapeContext, TokenCredit
+from mmrlvr.algo.shaping import ShapeContext, TokenCredit, is_correct
 
 PRIVILEGED = "privileged"
 
@@ -62,8 +62,8 @@ def gated_gap(teacher_logp: torch.Tensor, student_logp: torch.Tensor, correct: t
 
 def rollout_correct(scores: list[list[dict[str, float]]], threshold: float) -> torch.Tensor:
     """[B*G] bool, prompt-major: `accuracy` (else `overall`) >= threshold."""
-    return torch.tensor([s.get("accuracy", s["overall"]) >= threshold for group in scores
-                         for s in group], dtype=torch.bool)
+    return torch.tensor([is_correct(s, "accuracy", threshold) for group in scores for s in group],
+                        dtype=torch.bool)
 
 
 class OPDVR:

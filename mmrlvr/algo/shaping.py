@@ -60,6 +60,11 @@ class ShapeContext:
     progress: float = 0.0                # step / total steps
 
 
+def is_correct(score: dict[str, float], correct_key: str, threshold: float) -> bool:
+    """`score[correct_key] >= threshold` when the key is there, else `overall >= threshold`."""
+    return score.get(correct_key, score["overall"]) >= threshold
+
+
 class Shaper(Protocol):
     name: str
     stage: str

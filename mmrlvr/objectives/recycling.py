@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from mmrlvr.algo.shaping import is_correct
 from mmrlvr.core.types import select
 
 
@@ -57,11 +58,6 @@ class Instance:
     """Text between the prompt and the target: '' for a pair, wrong attempt + bridge otherwise."""
     key: str
     """Hash of (kind, example id, context, target text): the dedup key."""
-
-
-def is_correct(score: dict[str, float], correct_key: str, threshold: float) -> bool:
-    """`score[correct_key] >= threshold` when the key is there, else `overall >= threshold`."""
-    return score.get(correct_key, score["overall"]) >= threshold
 
 
 def _distinct(rows: list[int], texts: list[str]) -> list[int]:

@@ -133,8 +133,9 @@ def _block(arms: list[Arm], parts: list[tuple[str, list[str]]], n_boot: int, see
     `train.eval_samples` = k > 0), the same rows for pass@k."""
     block: dict[str, Any] = {"questions": sum(len(ids) for _, ids in parts),
                              "rows": _rows(arms, parts, "correct", n_boot, seed, True)}
-    records = [r for arm in arms for sets in arm.sets for name, ids in parts
-               for r in sets[name] if str(r["id"]) in set(ids)]
+    wanted = [(name, set(ids)) for name, ids in parts]
+    records = [r for arm in arms for sets in arm.sets for name, ids in wanted
+               for r in sets[name] if str(r["id"]) in ids]
     if records and all("passed" in r for r in records):
         ks = sorted({r["k"] for r in records if r.get("k") is not None})  # older evals: no k
         block["pass"] = {"k": ks[0] if len(ks) == 1 else None, "k_known": bool(ks),

@@ -41,7 +41,9 @@ What it prints, per configuration:
 
 When `trl` is installed: the same workload through TRL's GRPOTrainer (bf16 autocast over fp32
 weights, the same rewards, one optimizer step of 4 micro-batches per 64 rollouts), and the
-ratio of median step times. When `vllm` is installed (and on CUDA): `rollout.backend=vllm`
+ratio of median step times. On CUDA: the same run with `rollout.decode=compiled` (static KV
+cache, decode step compiled with CUDA graphs; `--no-compile` skips it), its tokens/s beside the
+eager path's. When `vllm` is installed (and on CUDA): `rollout.backend=vllm`
 without and with NC-GRPO noise (`rollout.branching={kind: latent_noise, fraction: 0.5,
 alpha: 0.1}`), tokens/s of each, and the vLLM noise check (does vLLM's noisy last-layer input
 match the HF path's displacement?). Each of these, and `--contrast`, runs in its own subprocess
@@ -166,7 +168,8 @@ def run_phase(phase: str, args) -> dict:
         return run_trl(args, model_dir, train_file, out_dir)
     kwargs = {"mmrlvr": {}, "mmrlvr-bf16": {"param_dtype": "bfloat16"},
               "vllm": {"backend": "vllm"},
-              "vllm-noise": {"backend": "vllm", "branching": NOISE}}[phase]
+              "vllm-noise": {"backend": "vllm", "branching": NOISE},
+              "mmrlvr-compiled": {"decode": "compiled"}}[phase]
     cfg = make_config(args, model_dir, train_file, out_dir, **kwargs)
     return run_grpo(args, cfg, after=noise_check if phase == "vllm-noise" else None)
 
@@ -261,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also run pure bf16 (model.param_dtype=bfloat16): how many weights stay")
     p.add_argument("--no-trl", action="store_true", help="skip the TRL comparison")
     p.add_argument("--no-vllm", action="store_true", help="skip the vLLM runs")
+    p.add_argument("--no-compile", action="store_true",
+                   help="skip the run with rollout.decode compiled (static cache + CUDA graphs)")
     p.add_argument("--workdir", default=None,
                    help="where the model, data and runs go (reused when present); default: a "
                         "temporary dir, deleted afterwards")
@@ -327,7 +332,8 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], wall_s: floa
         print_trl(results["trl"])
     print()
     for name, why in skipped.items():
-        label = "TRL comparison" if name == "trl" else "vLLM runs and the noise check"
+        label = {"trl": "TRL comparison", "mmrlvr-compiled": "compiled decoding"}.get(
+            name, "vLLM runs and the noise check")
         print(f"skipped: {label}: {why}")
     failed = [name for name, r in results.items() if name != "trl" and "error" in r]
     for name in failed:
@@ -339,7 +345,7 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], wall_s: floa
     if "median_step_s" in trl:
         trl["step_time_ratio_trl_over_mmrlvr"] = trl["median_step_s"] / main_run["median_step_s"]
         print(f"TRL / mmrlvr median step time: x{trl['step_time_ratio_trl_over_mmrlvr']:.2f}")
-    for name in ("vllm", "vllm-noise"):
+    for name in ("mmrlvr-compiled", "vllm", "vllm-noise"):
         if "tokens_per_s" in results.get(name, {}):
             print(f"generated tokens/s, {PHASES[name]}: {results[name]['tokens_per_s']:,.0f} "
                   f"(HF generate: {main_run['tokens_per_s']:,.0f})")

@@ -54,6 +54,12 @@ def spawn_others(argv: list[str], args, cuda: bool) -> tuple[dict[str, dict], di
     skipped: dict[str, str] = {}
     if args.contrast:
         results["mmrlvr-bf16"] = spawn("mmrlvr-bf16", argv, args)
+    if not cuda:
+        skipped["mmrlvr-compiled"] = "compiled decoding is measured on CUDA (CUDA graphs)"
+    elif args.no_compile:
+        skipped["mmrlvr-compiled"] = "--no-compile"
+    else:
+        results["mmrlvr-compiled"] = spawn("mmrlvr-compiled", argv, args)
     if args.no_trl:
         skipped["trl"] = "--no-trl"
     elif not available("trl"):

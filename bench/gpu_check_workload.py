@@ -24,7 +24,8 @@ FORMAT_PROMPT = ("Output the thinking process in <think> </think> and the final 
                  "<answer> </answer> tags.")
 PHASES = {"mmrlvr": "mmrlvr, fp32 master weights", "mmrlvr-bf16": "mmrlvr, pure bf16 (contrast)",
           "trl": "TRL GRPOTrainer", "vllm": "mmrlvr, vLLM rollouts",
-          "vllm-noise": "mmrlvr, vLLM rollouts + NC-GRPO noise"}
+          "vllm-noise": "mmrlvr, vLLM rollouts + NC-GRPO noise",
+          "mmrlvr-compiled": "mmrlvr, static KV cache + compiled decode (CUDA graphs)"}
 
 
 def length_reward(example, completion: str) -> float:
@@ -70,7 +71,8 @@ def prepare(args) -> tuple[Path, Path]:
 
 
 def make_config(args, model_dir: Path, train_file: Path, out_dir: Path, *,
-                param_dtype: str = "float32", backend: str = "hf", branching: dict | None = None):
+                param_dtype: str = "float32", backend: str = "hf", branching: dict | None = None,
+                decode: str = "eager"):
     from mmrlvr.config import load_config
 
     px = args.image_size * args.image_size
@@ -78,7 +80,7 @@ def make_config(args, model_dir: Path, train_file: Path, out_dir: Path, *,
     cfg = load_config(None, [
         f"model.path={model_dir}", f"model.min_pixels={px}", f"model.max_pixels={px}",
         f"model.dtype={compute}", f"model.param_dtype={param_dtype}", f"data.train={train_file}",
-        f"rollout.backend={backend}", f"rollout.group_size={args.group}",
+        f"rollout.backend={backend}", f"rollout.decode={decode}", f"rollout.group_size={args.group}",
         f"rollout.max_new_tokens={args.max_new_tokens}", "rollout.temperature=1.0",
         "algo.beta=0.0", f"optim.lr={args.lr}", "optim.schedule=constant",
         f"train.steps={args.warmup + args.steps}", f"train.batch_prompts={args.prompts}",

@@ -98,6 +98,8 @@ class RolloutConfig:
     """Rollout branching (NC-GRPO latent noise); `kind: none` is plain GRPO."""
     vllm_gpu_memory_utilization: float = 0.5
     """vLLM backend: fraction of GPU memory for its KV cache."""
+    decode: str = "eager"
+    """hf backend: `eager` (dynamic KV cache), `static` or `compiled` (static cache + CUDA graphs)."""
 
 
 @dataclass

@@ -14,12 +14,14 @@ def resolve_backend(name: str) -> str:
 
 
 def make_engine(backend: str, policy, branching: dict | None = None,
-                vllm_gpu_memory_utilization: float = 0.5, seed: int = 0) -> RolloutEngine:
-    """Build the rollout engine named in `rollout.backend` for this policy."""
+                vllm_gpu_memory_utilization: float = 0.5, seed: int = 0,
+                decode: str = "eager") -> RolloutEngine:
+    """Build the rollout engine named in `rollout.backend` for this policy (`decode`: how the
+    hf engine runs its decode steps; vLLM has its own)."""
     backend = resolve_backend(backend)
     if backend == "hf":
         from mmrlvr.rollout.hf import HFRolloutEngine
-        return HFRolloutEngine(policy, branching)
+        return HFRolloutEngine(policy, branching, decode)
     if backend == "vllm":
         from mmrlvr.rollout.vllm import VLLMRolloutEngine  # imports vllm: GPU-only extra
         return VLLMRolloutEngine(policy, branching, vllm_gpu_memory_utilization, seed=seed)

@@ -10,6 +10,17 @@ training.
 flagged members during sampled (never greedy) generation; those members must not share a prompt
 cache, so with branching on (and for adapters that hand `generate` embeddings) every member is
 prefilled whole, as `num_return_sequences` does.
+
+`rollout.decode` picks how the decode steps run:
+  * `eager` (default; the CPU path): a dynamic KV cache that grows by one position a step.
+  * `static`: a preallocated `StaticCache` of fixed shape (batch × a length bucket), no compile.
+  * `compiled`: the static cache plus `torch.compile` of the one-token decode step (on CUDA mode
+    `reduce-overhead`, i.e. CUDA graphs: one kernel-launch replay per token instead of a Python
+    walk over every layer). The cache length is rounded up to a multiple of `CACHE_BUCKET`, so
+    the compiled graph sees one shape per (rows, bucket) pair and recompiles are rare (training
+    keeps rows = prompts × G fixed; eval adds one graph for its greedy batch).
+The prefill (ours, or generate's own) always runs eagerly; only decoding is compiled. Hooks
+(NC-GRPO's latent noise) are skipped by compiled graphs, so `compiled` refuses branching.
 """
 from __future__ import annotations
 
@@ -24,10 +35,21 @@ from mmrlvr.core.types import PromptBatch, Rollouts
 from mmrlvr.core.types import TOKEN_KEYS, to_device
 
 
+DECODES = ("eager", "static", "compiled")
+CACHE_BUCKET = 128
+"""Static KV caches are allocated to a multiple of this many positions (one graph per bucket)."""
+
+
 class HFRolloutEngine:
-    def __init__(self, policy, branching: dict | None = None):
+    def __init__(self, policy, branching: dict | None = None, decode: str = "eager"):
         self.policy = policy
         self.branching = Branching.from_config(branching)
+        if decode not in DECODES:
+            raise ValueError(f"rollout.decode: {decode!r} is not one of {list(DECODES)}")
+        if decode == "compiled" and self.branching.kind != "none":
+            raise ValueError("rollout.decode: compiled skips the forward hooks NC-GRPO's latent noise "
+                             "uses (rollout.branching); use decode: eager or static with branching")
+        self.decode = decode
 
     # generate() runs on the policy's own weights: nothing to wake, free or sync
     def wake_up(self) -> None:
@@ -40,7 +62,7 @@ class HFRolloutEngine:
         pass
 
     def without_branching(self) -> "HFRolloutEngine":
-        return HFRolloutEngine(self.policy)
+        return HFRolloutEngine(self.policy, decode=self.decode)
 
     @torch.no_grad()  # not inference_mode: these tensors feed a training forward later
     def generate(self, batch: PromptBatch, params: SamplingParams) -> Rollouts:
@@ -72,6 +94,10 @@ class HFRolloutEngine:
                 prefill_tokens = int(batch.inputs["attention_mask"].sum())
             else:
                 prefill_tokens = n * int(batch.inputs["attention_mask"].sum())
+            if self.decode != "eager":
+                kwargs = static_decoding(policy.base_model(), kwargs, len(batch) * n,
+                                         prompt_len + params.max_new_tokens,
+                                         compile=self.decode == "compiled")
             out = policy.model.generate(**inputs, **kwargs)
         ids = out.sequences[:, prompt_len:].cpu()                                  # [N, C]
         mask = completion_mask(ids, policy.eos_ids)                                # [N, C]
@@ -93,6 +119,8 @@ class HFRolloutEngine:
                  "rollout/tokens": int(lengths.sum()),
                  "rollout/truncated_frac": float((~ended).float().mean()),
                  "rollout/placeholder_scrubbed": scrubbed}
+        if self.decode != "eager":
+            stats["rollout/cache_len"] = kwargs["cache"].layers[0].max_cache_len
         if first_entropy is not None:
             stats["first_token_entropy"] = first_entropy                           # [N] per row
             stats["token_entropy"] = token_entropy                                # [N, C]
@@ -131,3 +159,35 @@ def prefill_once(model: torch.nn.Module, inputs: dict[str, torch.Tensor], kwargs
             module.rope_deltas = deltas.repeat_interleave(n, dim=0)
     rows = {k: v.repeat_interleave(n, dim=0) for k, v in inputs.items() if k in TOKEN_KEYS}
     return rows, {**kwargs, "num_return_sequences": 1, "cache": cache}
+
+
+def static_decoding(model: torch.nn.Module, kwargs: dict, rows: int, length: int,
+                    compile: bool) -> dict:
+    """`generate` arguments that decode into a preallocated `StaticCache` (and compile the step).
+
+    The cache holds `length` rounded up to `CACHE_BUCKET` positions for `rows` sequences. A
+    dynamic cache already filled by `prefill_once` is copied into it layer by layer (the shared
+    prompt's keys and values, repeated per member), so one prefill per prompt still holds.
+    `compile` lets generate compile its decode step on any device (CUDA graphs on CUDA); without
+    it the static cache runs eagerly.
+    """
+    from transformers import StaticCache
+    from transformers.generation.configuration_utils import CompileConfig
+
+    bucket = -(-length // CACHE_BUCKET) * CACHE_BUCKET
+    static = StaticCache(config=model.config, max_cache_len=bucket)
+    filled = kwargs.get("cache")
+    if filled is not None:
+        for i, layer in enumerate(filled.layers):
+            if layer.keys is None or layer.keys.shape[0] != rows:
+                raise ValueError(f"prefilled cache layer {i} holds {getattr(layer.keys, 'shape', None)} "
+                                 f"keys, not {rows} rows")
+            static.update(layer.keys, layer.values, i)
+    out = {**kwargs, "cache": static}
+    if compile:
+        config = CompileConfig(mode="reduce-overhead" if model.device.type == "cuda" else "default")
+        config._compile_all_devices = True
+        out.update(compile_config=config, disable_compile=False)
+    else:
+        out["disable_compile"] = True
+    return out

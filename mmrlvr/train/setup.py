@@ -125,6 +125,11 @@ def start_processes(cfg: Config, batch: int, what: str = "train.batch_prompts") 
         if any(o.get("name") == "pirl_consistency" for o in cfg.objectives):
             raise LaunchError("objective pirl_consistency perturbs the input embeddings outside "
                               "the model's forward, which FSDP2 shards; use train.strategy ddp")
+        if cfg.rollout.decode == "compiled":
+            raise LaunchError("rollout.decode compiled is not supported under train.strategy "
+                              "fsdp2 (generate gathers the sharded model per call, which a "
+                              "compiled graph would capture); use decode: static or eager, or "
+                              "train.strategy ddp")
     return d
 
 
@@ -271,7 +276,8 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool) -> tuple[Run
         seed_everything(cfg.train.seed + d.rank)   # each rank samples its own rollouts
 
     engine = make_engine(cfg.rollout.backend, policy, cfg.rollout.branching,
-                         cfg.rollout.vllm_gpu_memory_utilization, seed=cfg.train.seed)
+                         cfg.rollout.vllm_gpu_memory_utilization, seed=cfg.train.seed,
+                         decode=cfg.rollout.decode)
     errors = run_dir / ("reward_errors.jsonl" if d.world == 1 else f"reward_errors.rank{d.rank}.jsonl")
     shapers = shaping.build(cfg.algo.shaping)
     clips = [s.name for s in shapers if s.stage == "clip"]

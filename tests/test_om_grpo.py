@@ -11,6 +11,7 @@ import torch
 import rewards
 from mmrlvr.algo import grpo_loss
 from mmrlvr.algo.om_grpo import answer_span, answer_token_mask
+from rewards.verify import extract_answer
 from mmrlvr.algo.shaping import ShapeContext, build, token_credit
 from mmrlvr.data import Example
 from rewards.consensus import ConsensusReward
@@ -96,6 +97,23 @@ def test_answer_span_is_the_content_of_the_last_closed_answer_or_box():
     assert boxed[slice(*answer_span(boxed))] == "x^{2}"
     assert answer_span("<answer>3") is None and answer_span(r"\boxed{3") is None
     assert answer_span("the answer is 3") is None
+    bare = r"so it is \boxed 5 then"                       # a bare box: the verifier reads "5"
+    assert bare[slice(*answer_span(bare))] == "5" and extract_answer(bare) == "5"
+    # an earlier box never closed: extraction fails closed, so nothing is masked either
+    assert answer_span(r"\boxed{a and \boxed{5}") is None and extract_answer(r"\boxed{a and \boxed{5}") is None
+
+
+@pytest.mark.parametrize("text", [
+    "<think>x</think><answer> 12 </answer>", "<answer>A</answer><answer>(B)</answer>",
+    r"<answer>it is \boxed{7}</answer>", r"so \boxed{\frac{1}{2}}", r"\fbox{3} and \boxed {4}",
+    "<ANSWER>yes</ Answer >", r"\boxed 9", "<answer> </answer>", r"\boxed{} x",
+])
+def test_the_masked_span_holds_what_the_verifier_extracts(text):
+    """One function for both: whatever `extract_answer` returns lies inside the span."""
+    span, answer = answer_span(text), extract_answer(text)
+    assert span is not None
+    if answer is not None:
+        assert answer in text[slice(*span)]
 
 
 def test_answer_tokens_get_weight_zero_on_the_tiny_tokenizer(policy):

@@ -6,11 +6,11 @@ Seed paper: OM-GRPO (label-free RLVR). Its reward is the group's soft consensus 
 answer the group already votes for, so the gradient on the answer tokens is masked and the
 credit has to flow into the reasoning that produced the answer.
 
-The answer span of a completion is found the way `rewards.verify.extract_answer` reads it: the
-content of the last `<answer>...</answer>` block (the last opening tag before the last closing
-one), else the content of the last `\\boxed{...}` (nested braces paired); none when the last
-`<answer>` or `\\boxed{` is never closed, or when the completion has neither (the "the answer is
-X" fallback is not masked: our choice). Characters are mapped onto tokens by decoding the
+The answer span of a completion is `rewards.verify.answer_span`, the block the verifier's
+`extract_answer` reads: the content of the last `<answer>...</answer>` block, else of the final
+box (`\\boxed{...}` or a bare `\\boxed 5`); none where extraction fails closed on the block (an
+unclosed `<answer>` or box) or the completion has neither (the "the answer is X" fallback is not
+masked: our choice). One function for both, so masking and extraction cannot disagree. Characters are mapped onto tokens by decoding the
 rollout's own `completion_ids` with the policy's tokenizer (`ctx.policy.tokenizer`), one token at
 a time (prefix by prefix where single tokens do not decode to the whole text, e.g. a multi-byte
 character split over tokens, whose tokens then all cover it); every completion token that
@@ -30,42 +30,12 @@ false).
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
 
 from mmrlvr.algo.shaping import ShapeContext, TokenCredit
-
-_OPEN = re.compile(r"<\s*answer\s*>", re.IGNORECASE)
-_CLOSE = re.compile(r"<\s*/\s*answer\s*>", re.IGNORECASE)
-_BOXED = re.compile(r"\\(?:boxed|fbox)[ \t]*\{")
-
-
-def _last(pattern: re.Pattern, text: str):
-    found = None
-    for found in pattern.finditer(text):
-        pass
-    return found
-
-
-def answer_span(text: str, include_tags: bool = False) -> tuple[int, int] | None:
-    """(start, end) characters of the final answer in `text`, or None (module docstring)."""
-    last_open = _last(_OPEN, text)
-    if last_open is not None:
-        close = _last(_CLOSE, text)
-        if close is None or close.start() < last_open.end():
-            return None                                       # unclosed: extract fails closed too
-        return (last_open.start(), close.end()) if include_tags else (last_open.end(), close.start())
-    box = _last(_BOXED, text)
-    if box is None:
-        return None
-    depth = 0
-    for k in range(box.end() - 1, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[k], 0)
-        if depth == 0:
-            return (box.start(), k + 1) if include_tags else (box.end(), k)
-    return None                                               # \boxed{ never closed
+from rewards.verify import answer_span
 
 
 def token_offsets(tokenizer: Any, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:

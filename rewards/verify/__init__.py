@@ -148,11 +148,12 @@ from rewards.verify.bounds import (
     MAX_TEXT_CHARS,
     TOO_COMPLEX,
 )
-from rewards.verify.extract import extract_answer, extract_outcome
+from rewards.verify.extract import answer_span, extract_answer, extract_outcome
 from rewards.verify.kinds import detect_kind
 from rewards.verify.matching import match, match_outcome
 
 __all__ = [
+    "answer_span",
     "KINDS",
     "MAX_ANSWER_CHARS",
     "MAX_BRACE_DEPTH",

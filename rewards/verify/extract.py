@@ -143,6 +143,32 @@ def extract_outcome(text: str) -> tuple[str | None, str]:
     return answer, outcome
 
 
+def answer_span(text: str, include_tags: bool = False) -> tuple[int, int] | None:
+    """``(start, end)`` characters of the block ``extract_answer`` reads the final answer from.
+
+    The content of the last ``<answer>...</answer>`` (the last opening tag before the last
+    closing one), else of the final box (``\\boxed{...}`` with nested braces, or the token of a
+    bare ``\\boxed 5``). ``None`` wherever extraction fails closed on the block (an unclosed last
+    ``<answer>``, a box never closed, an earlier box never closed) and where the completion has
+    neither (the "the answer is X" fallback has no span). ``include_tags`` widens the span to
+    the tags or the whole ``\\boxed{...}``. Inside the span the extractor may still reject
+    the answer (ambiguous, too long); the span is where it looked.
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    last_open = _last(_ANSWER_OPEN_RE, text)
+    if last_open is not None:
+        close = _last(_ANSWER_CLOSE_RE, text)
+        if close is None or close.start() < last_open.end():
+            return None
+        return (last_open.start(), close.end()) if include_tags else (last_open.end(), close.start())
+    boxes = _find_boxed(text)
+    if not boxes or boxes[-1][2] < 0:
+        return None
+    start, end, content_start, content_end = boxes[-1]
+    return (start, end) if include_tags else (content_start, content_end)
+
+
 def _last(pattern: re.Pattern, text: str):
     last = None
     for last in pattern.finditer(text):  # noqa: B007 - only the last one is wanted

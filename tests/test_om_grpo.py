@@ -11,10 +11,10 @@ import torch
 import rewards
 from mmrlvr.algo import grpo_loss
 from mmrlvr.algo.om_grpo import answer_span, answer_token_mask
-from rewards.verify import extract_answer
 from mmrlvr.algo.shaping import ShapeContext, build, token_credit
 from mmrlvr.data import Example
 from rewards.consensus import ConsensusReward
+from rewards.verify import extract_answer
 
 
 def ans(a: str) -> str:

@@ -156,10 +156,10 @@ def answer_span(text: str, include_tags: bool = False) -> tuple[int, int] | None
     """
     if not isinstance(text, str) or not text:
         return None
-    last_open = _last(_ANSWER_OPEN_RE, text)
-    if last_open is not None:
-        close = _last(_ANSWER_CLOSE_RE, text)
-        if close is None or close.start() < last_open.end():
+    block = _answer_block(text)
+    if block is not None:
+        last_open, close = block
+        if close is None:
             return None
         return (last_open.start(), close.end()) if include_tags else (last_open.end(), close.start())
     boxes = _find_boxed(text)
@@ -167,6 +167,16 @@ def answer_span(text: str, include_tags: bool = False) -> tuple[int, int] | None
         return None
     start, end, content_start, content_end = boxes[-1]
     return (start, end) if include_tags else (content_start, content_end)
+
+
+def _answer_block(text: str):
+    """The last ``<answer>`` and the last ``</answer>`` after it: ``(open, close)``, close
+    ``None`` when that tag is never closed; ``None`` without an ``<answer>`` tag."""
+    last_open = _last(_ANSWER_OPEN_RE, text)
+    if last_open is None:
+        return None
+    close = _last(_ANSWER_CLOSE_RE, text)
+    return last_open, (None if close is None or close.start() < last_open.end() else close)
 
 
 def _last(pattern: re.Pattern, text: str):
@@ -183,10 +193,10 @@ def _extract(text) -> str | None:
         raise Bounded(f"completion: {len(text)} characters > MAX_TEXT_CHARS={MAX_TEXT_CHARS}")
     lower = text.lower()
     if "answer" in lower and "<" in text:
-        last_open = _last(_ANSWER_OPEN_RE, text)
-        if last_open:
-            last_close = _last(_ANSWER_CLOSE_RE, text)
-            if not last_close or last_close.start() < last_open.end():
+        block = _answer_block(text)
+        if block is not None:
+            last_open, last_close = block
+            if last_close is None:
                 return None  # unclosed trailing <answer>: fail closed
             # the last <answer> that opens before the last </answer>
             content = text[last_open.end() : last_close.start()]

@@ -23,6 +23,10 @@ Figures, per framework, each measured in its own subprocess (so peak RSS is per 
   rollout tok/s      completion tokens generated / wall time of the rollout phase (prompt
                      processing + generate + decode), summed over the timed steps
   mean compl len     mean completion length in tokens (including the end token, if any)
+  rollout s          median wall time of the rollout phase
+  update s           mmrlvr: median `time/update_s` (logprobs, loss, backward, optimiser step)
+  padded             mmrlvr: mean `update/padded_frac`, the share of completion positions the
+                     update's forwards run that are padding
   peak RSS MB        `ru_maxrss` of that subprocess (model load, data, all steps)
 
 TRL's step is timed from its `on_step_begin` to `on_step_end` callback (its dataloader fetch,
@@ -34,6 +38,7 @@ the call.
     python bench/grpo_step.py --only mmrlvr     # one framework, in this process
     python bench/grpo_step.py --workdir /tmp/b  # keep (and reuse) the model and data
     python bench/grpo_step.py --threads 1       # on a busy machine: no thread oversubscription
+    python bench/grpo_step.py --variant train.packing=true   # also mmrlvr with these overrides
 
 TRL is the `bench` extra (`pip install -e .[bench]`); without it only mmrlvr is measured. A
 benchmark prints figures; nothing here asserts a speed.
@@ -97,7 +102,8 @@ def peak_rss_mb() -> float:
 
 # --------------------------------------------------------------------------------------- mmrlvr
 
-def bench_mmrlvr(model_dir: Path, train_file: Path, workdir: Path, warmup: int, steps: int) -> dict:
+def bench_mmrlvr(model_dir: Path, train_file: Path, workdir: Path, warmup: int, steps: int,
+                 variant: str = "") -> dict:
     import torch
 
     from mmrlvr.config import load_config
@@ -113,10 +119,10 @@ def bench_mmrlvr(model_dir: Path, train_file: Path, workdir: Path, warmup: int, 
         f"optim.lr={LR}", "optim.schedule=constant", f"train.steps={total}",
         f"train.batch_prompts={PROMPTS}", f"train.micro_batch={PROMPTS * GROUP}",
         f"train.out_dir={workdir / 'mmrlvr-run'}", "train.seed=0",
-    ])
+    ] + [kv for kv in variant.split(",") if kv])
     cfg.rewards = reward_specs()
     run, _ = build_run(cfg, overwrite=True)          # the benchmark owns its scratch run dir
-    step_s, roll_s, tokens, lengths, trained = [], [], [], [], []
+    step_s, roll_s, update_s, tokens, lengths, trained, padded = [], [], [], [], [], [], []
     for step in range(1, total + 1):
         t0 = time.perf_counter()
         m = grpo_step(run, step)
@@ -125,11 +131,15 @@ def bench_mmrlvr(model_dir: Path, train_file: Path, workdir: Path, warmup: int, 
             n = PROMPTS * GROUP
             step_s.append(dt)
             roll_s.append(m["time/rollout_s"])
+            update_s.append(m["time/update_s"])
+            padded.append(m["update/padded_frac"])
             tokens.append(m["response/length_mean"] * n)
             lengths.append(m["response/length_mean"])
             trained.append(m["update/trained_rows"])
-    return {"framework": "mmrlvr", "step_s": step_s, "rollout_s": roll_s, "tokens": tokens,
-            "mean_len": statistics.fmean(lengths), "trained_rows": statistics.fmean(trained),
+    return {"framework": f"mmrlvr [{variant}]" if variant else "mmrlvr", "step_s": step_s,
+            "rollout_s": roll_s, "update_s": update_s, "padded_frac": statistics.fmean(padded),
+            "tokens": tokens, "mean_len": statistics.fmean(lengths),
+            "trained_rows": statistics.fmean(trained),
             "threads": torch.get_num_threads(), "peak_rss_mb": peak_rss_mb()}
 
 
@@ -222,12 +232,13 @@ def _version(pkg: str) -> str:
         return "not installed"
 
 
-def run_one(framework: str, args) -> dict:
+def run_one(framework: str, args, variant: str = "") -> dict:
     workdir = Path(args.workdir)
     model_dir, train_file = prepare(workdir, PROMPTS * (args.warmup + args.steps))
-    fn = bench_mmrlvr if framework == "mmrlvr" else bench_trl
     try:
-        return fn(model_dir, train_file, workdir, args.warmup, args.steps)
+        if framework == "mmrlvr":
+            return bench_mmrlvr(model_dir, train_file, workdir, args.warmup, args.steps, variant)
+        return bench_trl(model_dir, train_file, workdir, args.warmup, args.steps)
     except Exception as err:  # noqa: BLE001 - report a failure, keep the other figures
         import traceback
 
@@ -236,10 +247,12 @@ def run_one(framework: str, args) -> dict:
                 "peak_rss_mb": peak_rss_mb()}
 
 
-def spawn(framework: str, args) -> dict:
+def spawn(framework: str, args, variant: str = "") -> dict:
     """Run one framework in a fresh interpreter so its peak RSS is its own."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--only", framework, "--child",
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--workdir", str(args.workdir)]
+    if variant:
+        cmd += ["--variant", variant]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
@@ -259,6 +272,7 @@ def summarize(r: dict) -> dict:
         return r
     r = dict(r)
     r["median_step_s"] = statistics.median(r["step_s"])
+    r["median_rollout_s"] = statistics.median(r["rollout_s"])
     r["tok_per_s"] = sum(r["tokens"]) / sum(r["rollout_s"])
     return r
 
@@ -274,23 +288,28 @@ def print_report(results: list[dict], args) -> None:
           f"{'cuda' if torch.cuda.is_available() else 'cpu'}), transformers {_version('transformers')}, "
           f"trl {_version('trl')}, {os.cpu_count()} CPUs")
     print()
-    head = f"{'framework':<14}{'median step s':>15}{'rollout tok/s':>15}{'mean compl len':>16}" \
-           f"{'peak RSS MB':>13}{'trained rows':>14}"
+    width = max([14] + [len(r["framework"]) + 2 for r in results])
+    head = f"{'framework':<{width}}{'median step s':>15}{'rollout s':>11}{'update s':>10}" \
+           f"{'padded':>8}{'rollout tok/s':>15}{'mean compl len':>16}{'peak RSS MB':>13}" \
+           f"{'trained rows':>14}"
     print(head)
     print("-" * len(head))
     for r in results:
         if "error" in r:
-            print(f"{r['framework']:<14}  FAILED: {r['error']}")
+            print(f"{r['framework']:<{width}}  FAILED: {r['error']}")
             continue
-        print(f"{r['framework']:<14}{r['median_step_s']:>15.3f}{r['tok_per_s']:>15.0f}"
-              f"{r['mean_len']:>16.1f}{r['peak_rss_mb']:>13.0f}{r['trained_rows']:>14.0f}")
-    ok = {r["framework"].split()[0]: r for r in results if "error" not in r}
-    if "mmrlvr" in ok and "trl" in ok:
-        a, b = ok["mmrlvr"], ok["trl"]
-        print()
-        print(f"TRL / mmrlvr: step time x{b['median_step_s'] / a['median_step_s']:.2f}, "
-              f"rollout tok/s x{b['tok_per_s'] / a['tok_per_s']:.2f}, "
-              f"peak RSS x{b['peak_rss_mb'] / a['peak_rss_mb']:.2f}")
+        update = f"{statistics.median(r['update_s']):>10.3f}" if "update_s" in r else f"{'-':>10}"
+        padded = f"{r['padded_frac']:>8.2f}" if "padded_frac" in r else f"{'-':>8}"
+        print(f"{r['framework']:<{width}}{r['median_step_s']:>15.3f}{r['median_rollout_s']:>11.3f}"
+              f"{update}{padded}{r['tok_per_s']:>15.0f}{r['mean_len']:>16.1f}"
+              f"{r['peak_rss_mb']:>13.0f}{r['trained_rows']:>14.0f}")
+    trl = next((r for r in results if "error" not in r and r["framework"].startswith("trl")), None)
+    for a in results:
+        if trl is not None and "error" not in a and a["framework"].startswith("mmrlvr"):
+            print(f"\nTRL / {a['framework']}: step time x{trl['median_step_s'] / a['median_step_s']:.2f} "
+                  f"(mmrlvr at {a['median_step_s'] / trl['median_step_s']:.2f} of TRL's), rollout "
+                  f"tok/s x{trl['tok_per_s'] / a['tok_per_s']:.2f}, peak RSS "
+                  f"x{trl['peak_rss_mb'] / a['peak_rss_mb']:.2f}")
     for r in results:
         if "error" in r and r.get("log_tail"):
             print(f"\n{r['framework']} log tail:\n{r['log_tail']}")
@@ -322,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch CPU threads in both subprocesses (0: torch's default, one per core); "
                         "on a machine shared with other jobs, 1 avoids thread oversubscription, "
                         "which can slow a step several-fold")
+    p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                   help="also measure mmrlvr with these config overrides (repeatable), e.g. "
+                        "train.packing=true or rollout.decode=static")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
@@ -334,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     if args.child:
-        result = run_one(args.only, args)
+        result = run_one(args.only, args, args.variant[0] if args.variant else "")
         print(RESULT_TAG + json.dumps(result), flush=True)
         return 0
 
@@ -354,9 +376,12 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print("trl is not installed (pip install -e .[bench]); measuring mmrlvr only\n")
         if args.only:
-            results = [summarize(run_one(args.only, args))]
+            variants = [""] + args.variant if args.only == "mmrlvr" else [""]
+            results = [summarize(run_one(args.only, args, v)) for v in variants]
         else:
-            results = [summarize(spawn(f, args)) for f in frameworks]
+            results = [summarize(spawn("mmrlvr", args, v)) for v in args.variant]
+            results = [summarize(spawn(f, args)) for f in frameworks[:1]] + results + \
+                [summarize(spawn(f, args)) for f in frameworks[1:]]
         print_report(results, args)
     finally:
         if tmp is not None:

@@ -58,7 +58,7 @@ def main(config: str, out: str) -> None:
     if d.main:
         torch.save({"grads": grads, "after": after, "changed": changed / total,
                     "loss": stats["loss/policy"], "world": d.world, "strategy": d.strategy,
-                    "rewards": rewards}, out)
+                    "rewards": rewards, "padded_frac": stats["update/padded_frac"]}, out)
     d.barrier()
 
 

@@ -287,3 +287,17 @@ def test_a_shared_prompt_gives_the_logprobs_and_gradients_of_whole_rows(apolicy,
     ids, mask = _completions(apolicy, [4, 6, 3, 5, 2, 6])
     tower = next(n for n, _ in apolicy.model.named_parameters() if "audio_tower.conv1.weight" in n)
     shared_prompt_check(apolicy, batch, rows, ids, mask, tower)
+
+
+def test_packed_groups_give_the_logprobs_and_gradients_of_padded_rows(apolicy, mixed):
+    """`train.packing` on the audio families (1-D positions; Omni's M-RoPE by clip length)."""
+    from mmrlvr.train.packing import Layout, prompt_lengths
+    from tests.test_packing import packing_check
+
+    batch = apolicy.adapter.encode(mixed, apolicy.processor)
+    rows, widths = [0, 0, 0, 1, 2, 2, 1], [66, 66, 66, 3, 2, 4, 1]
+    packs = Layout(rows, widths, prompt_lengths(batch, rows))
+    assert packs.rows == 2 and packs.row_of[1] == packs.row_of[2]   # both clips' prompts in a row
+    ids, mask = _completions(apolicy, widths)
+    tower = next(n for n, _ in apolicy.model.named_parameters() if "audio_tower.conv1.weight" in n)
+    packing_check(apolicy, batch, rows, ids, mask, tower)

@@ -131,16 +131,25 @@ def test_accelerate_launch_starts_two_processes(tmp_path, tiny_vl, shapes_dir):
     assert summary["world_size"] == 2, summary
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_two_processes_make_the_update_one_process_makes(tmp_path, tiny_vl, shapes_dir, strategy):
+@pytest.mark.parametrize("strategy, packing", [("ddp", False), ("fsdp2", False), ("ddp", True),
+                                               ("fsdp2", True)])
+def test_two_processes_make_the_update_one_process_makes(tmp_path, tiny_vl, shapes_dir, strategy,
+                                                        packing):
+    """With `packing`, the two processes pack their groups (`train.packing`) and the one process
+    runs padded micro-batches: the same update either way."""
     cfg = write_config(tmp_path, tiny_vl, shapes_dir, "upd", train={"strategy": strategy},
                        optim={"max_grad_norm": 0.0})
+    two_cfg = write_config(tmp_path, tiny_vl, shapes_dir, "upd2",
+                           train={"strategy": strategy, "packing": packing},
+                           optim={"max_grad_norm": 0.0})
     e = env(MMRLVR_TRACE=str(tmp_path / "trace"), PYTHONPATH=str(HERE.parent))
     run_ok([sys.executable, str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "one.pt")], env=e)
-    run_ok(torchrun(str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "two.pt")), env=e)
+    run_ok(torchrun(str(HERE / "mp_worker.py"), str(two_cfg), str(tmp_path / "two.pt")), env=e)
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
     assert (one["world"], two["world"], two["strategy"]) == (1, 2, strategy)
     assert torch.equal(one["rewards"], two["rewards"])      # the same rollouts were scored
+    if packing:                                  # rank 0's packs ran less padding
+        assert two["padded_frac"] < one["padded_frac"], (two["padded_frac"], one["padded_frac"])
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-7)
     assert one["grads"].keys() == two["grads"].keys() and len(one["grads"]) > 20
     for name, g in one["grads"].items():

@@ -154,6 +154,8 @@ class TrainConfig:
     """Sequences per forward/backward; gradients accumulate over micro-batches."""
     length_buckets: bool = False
     """Fill micro-batches with completions of similar length (less padding; float sums reorder)."""
+    packing: bool = False
+    """Pack each group's completions after one copy of its prompt under a block mask: no completion padding (sdpa/eager; docs/grpo-step.md)."""
     eval_every: int = 0
     """Evaluate every N steps (0: only at start and end, where eval data is set)."""
     save_every: int = 0

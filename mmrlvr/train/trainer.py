@@ -6,7 +6,8 @@ One step (DESIGN.md):
       ─► reward.score per group ─► rewards [B, G] ─► advantages [B, G]
       ─► policy logprobs in micro-batches ─► GRPO loss (+ KL, + objectives) ─► AdamW step
 
-What it leaves out on purpose: value functions, reward models, sequence packing. Groups whose
+What it leaves out on purpose: value functions, reward models (`train.packing` packs each
+group's completions after its prompt, `mmrlvr.train.packing`; off by default). Groups whose
 rewards have zero spread contribute no gradient; single-process runs without KL skip their
 policy forward entirely (exactly the same update, less work; objectives run their own).
 

@@ -18,6 +18,7 @@ from mmrlvr.algo import grpo_loss
 from mmrlvr.algo.shaping import TokenCredit
 from mmrlvr.core.errors import TrainingError
 from mmrlvr.train import parallel
+from mmrlvr.train.packing import packed_logprobs, packed_padded_fraction
 from mmrlvr.train.parallel import Dist
 from mmrlvr.train.policy import Policy
 from mmrlvr.train.setup import Run
@@ -52,9 +53,11 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
 
     def forward(batch_rows, model=None, **kw):
         width = max(int(mask[batch_rows].sum(dim=1).max()), 1)                 # trim right padding
-        return policy.rollout_logprobs(rollouts.prompts, [r // G for r in batch_rows],
-                                       ids[batch_rows, :width], mask[batch_rows, :width], T,
-                                       model=model, **kw), width
+        args = (rollouts.prompts, [r // G for r in batch_rows], ids[batch_rows, :width],
+                mask[batch_rows, :width], T)
+        if cfg.train.packing:                  # no completion padding: groups packed (packing.py)
+            return packed_logprobs(policy, *args, model=model, **kw), width
+        return policy.rollout_logprobs(*args, model=model, **kw), width
 
     old, ref = {}, {}
     with torch.no_grad():
@@ -134,7 +137,8 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     out["loss/policy"] = d.all_sum(out.get("loss/policy", 0.0)) / max(cfg.algo.ppo_epochs, 1)
     out["optim/grad_norm"] = grad_norm
     out["update/trained_rows"] = len(rows)
-    out["update/padded_frac"] = padded_fraction(mask, micro)
+    out["update/padded_frac"] = packed_padded_fraction(rollouts.prompts, mask, micro, G) if cfg.train.packing \
+        else padded_fraction(mask, micro)
     # prompts run per epoch: a group split over micro-batches runs its prompt in each
     out["update/prompt_forwards"] = float(sum(len({r // G for r in part}) for part in micro))
     if token_count:

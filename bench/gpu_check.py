@@ -43,7 +43,8 @@ When `trl` is installed: the same workload through TRL's GRPOTrainer (bf16 autoc
 weights, the same rewards, one optimizer step of 4 micro-batches per 64 rollouts), and the
 ratio of median step times. On CUDA: the same run with `rollout.decode=compiled` (static KV
 cache, decode step compiled with CUDA graphs; `--no-compile` skips it), its tokens/s beside the
-eager path's. When `vllm` is installed (and on CUDA): `rollout.backend=vllm`
+eager path's. On CUDA: the same run with `train.packing` (`--no-packing` skips it), its
+update time and MFU beside the padded update's. When `vllm` is installed (and on CUDA): `rollout.backend=vllm`
 without and with NC-GRPO noise (`rollout.branching={kind: latent_noise, fraction: 0.5,
 alpha: 0.1}`), tokens/s of each, and the vLLM noise check (does vLLM's noisy last-layer input
 match the HF path's displacement?). Each of these, and `--contrast`, runs in its own subprocess
@@ -169,7 +170,8 @@ def run_phase(phase: str, args) -> dict:
     kwargs = {"mmrlvr": {}, "mmrlvr-bf16": {"param_dtype": "bfloat16"},
               "vllm": {"backend": "vllm"},
               "vllm-noise": {"backend": "vllm", "branching": NOISE},
-              "mmrlvr-compiled": {"decode": "compiled"}}[phase]
+              "mmrlvr-compiled": {"decode": "compiled"},
+              "mmrlvr-packed": {"packing": True}}[phase]
     cfg = make_config(args, model_dir, train_file, out_dir, **kwargs)
     return run_grpo(args, cfg, after=noise_check if phase == "vllm-noise" else None)
 
@@ -198,8 +200,9 @@ def print_grpo(name: str, r: dict, args) -> None:
           f"{r['generate_tokens_per_s']:,.0f} over the engine's generate call alone"
           + (f" (weight sync {r['median_weight_sync_s']:.2f} s per step)"
              if r["backend"] == "vllm" else ""))
+    padded = statistics.fmean(s["padded_frac"] for s in r["steps"])
     print(f"  mean completion {mean_len:.1f} tokens; the update trained {rows:.0f} of "
-          f"{args.prompts * args.group} rows")
+          f"{args.prompts * args.group} rows; padded fraction {padded:.2f}")
     print(f"  update MFU: {_mfu(r, 'update_mfu')}   rollout MFU: {_mfu(r, 'rollout_mfu')}")
     if r["peak_gpu_gib"] is not None:
         outside = "; memory vLLM allocates outside torch is not counted" \
@@ -266,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-vllm", action="store_true", help="skip the vLLM runs")
     p.add_argument("--no-compile", action="store_true",
                    help="skip the run with rollout.decode compiled (static cache + CUDA graphs)")
+    p.add_argument("--no-packing", action="store_true",
+                   help="skip the run with train.packing (the update without padding)")
     p.add_argument("--workdir", default=None,
                    help="where the model, data and runs go (reused when present); default: a "
                         "temporary dir, deleted afterwards")
@@ -332,7 +337,8 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], wall_s: floa
         print_trl(results["trl"])
     print()
     for name, why in skipped.items():
-        label = {"trl": "TRL comparison", "mmrlvr-compiled": "compiled decoding"}.get(
+        label = {"trl": "TRL comparison", "mmrlvr-compiled": "compiled decoding",
+                 "mmrlvr-packed": "packed update"}.get(
             name, "vLLM runs and the noise check")
         print(f"skipped: {label}: {why}")
     failed = [name for name, r in results.items() if name != "trl" and "error" in r]
@@ -345,6 +351,11 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], wall_s: floa
     if "median_step_s" in trl:
         trl["step_time_ratio_trl_over_mmrlvr"] = trl["median_step_s"] / main_run["median_step_s"]
         print(f"TRL / mmrlvr median step time: x{trl['step_time_ratio_trl_over_mmrlvr']:.2f}")
+    packed = results.get("mmrlvr-packed", {})
+    if "median_update_s" in packed:
+        print(f"update s, {PHASES['mmrlvr-packed']}: {packed['median_update_s']:.3f} (padded: "
+              f"{main_run['median_update_s']:.3f}); update MFU {_mfu(packed, 'update_mfu')} "
+              f"(padded: {_mfu(main_run, 'update_mfu')})")
     for name in ("mmrlvr-compiled", "vllm", "vllm-noise"):
         if "tokens_per_s" in results.get(name, {}):
             print(f"generated tokens/s, {PHASES[name]}: {results[name]['tokens_per_s']:,.0f} "

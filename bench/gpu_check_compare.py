@@ -60,6 +60,12 @@ def spawn_others(argv: list[str], args, cuda: bool) -> tuple[dict[str, dict], di
         skipped["mmrlvr-compiled"] = "--no-compile"
     else:
         results["mmrlvr-compiled"] = spawn("mmrlvr-compiled", argv, args)
+    if not cuda:
+        skipped["mmrlvr-packed"] = "the packed update is measured on CUDA (on CPU: bench/packing.py)"
+    elif args.no_packing:
+        skipped["mmrlvr-packed"] = "--no-packing"
+    else:
+        results["mmrlvr-packed"] = spawn("mmrlvr-packed", argv, args)
     if args.no_trl:
         skipped["trl"] = "--no-trl"
     elif not available("trl"):

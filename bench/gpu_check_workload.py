@@ -25,7 +25,8 @@ FORMAT_PROMPT = ("Output the thinking process in <think> </think> and the final 
 PHASES = {"mmrlvr": "mmrlvr, fp32 master weights", "mmrlvr-bf16": "mmrlvr, pure bf16 (contrast)",
           "trl": "TRL GRPOTrainer", "vllm": "mmrlvr, vLLM rollouts",
           "vllm-noise": "mmrlvr, vLLM rollouts + NC-GRPO noise",
-          "mmrlvr-compiled": "mmrlvr, static KV cache + compiled decode (CUDA graphs)"}
+          "mmrlvr-compiled": "mmrlvr, static KV cache + compiled decode (CUDA graphs)",
+          "mmrlvr-packed": "mmrlvr, packed update (train.packing: no padding, block mask)"}
 
 
 def length_reward(example, completion: str) -> float:
@@ -72,7 +73,7 @@ def prepare(args) -> tuple[Path, Path]:
 
 def make_config(args, model_dir: Path, train_file: Path, out_dir: Path, *,
                 param_dtype: str = "float32", backend: str = "hf", branching: dict | None = None,
-                decode: str = "eager"):
+                decode: str = "eager", packing: bool = False):
     from mmrlvr.config import load_config
 
     px = args.image_size * args.image_size
@@ -85,7 +86,7 @@ def make_config(args, model_dir: Path, train_file: Path, out_dir: Path, *,
         "algo.beta=0.0", f"optim.lr={args.lr}", "optim.schedule=constant",
         f"train.steps={args.warmup + args.steps}", f"train.batch_prompts={args.prompts}",
         f"train.micro_batch={args.micro_batch}", f"train.out_dir={out_dir}", "train.seed=0",
-        f"train.device={args.device}"])
+        f"train.device={args.device}", f"train.packing={str(packing).lower()}"])
     cfg.data.format_prompt = FORMAT_PROMPT
     cfg.rewards = reward_specs()
     if branching:
@@ -145,7 +146,8 @@ def step_figures(m: dict, args) -> dict:
             "generate_s": m["engine/generate_s"], "weight_sync_s": m["engine/weight_sync_s"],
             "generated_tokens": m["response/length_mean"] * rows,
             "completion_tokens_mean": m["response/length_mean"],
-            "trained_rows": m["update/trained_rows"], "reward_mean": m["reward/mean"]}
+            "trained_rows": m["update/trained_rows"], "reward_mean": m["reward/mean"],
+            "padded_frac": m["update/padded_frac"]}
 
 
 def summarize(r: dict, args) -> dict:

@@ -100,6 +100,7 @@ def test_groups_share_rows_and_the_block_mask_keeps_them_apart():
 
 def test_packing_updates_like_padded_micro_batches_with_less_padding(tmp_path, tiny_vl,
                                                                      shapes_dir):
+    """Two PPO epochs (old logprobs) and a KL to a frozen reference: every forward packed."""
     from mmrlvr.algo import group_advantages
     from mmrlvr.config import load_config
     from mmrlvr.rollout.base import SamplingParams
@@ -110,7 +111,7 @@ def test_packing_updates_like_padded_micro_batches_with_less_padding(tmp_path, t
                              "rollout.group_size=4", "rollout.max_new_tokens=24",
                              "rollout.temperature=1.5", "train.batch_prompts=4",
                              "train.micro_batch=8", "train.steps=1", "optim.lr=1e-12",
-                             "optim.max_grad_norm=0", "algo.ppo_epochs=2",
+                             "optim.max_grad_norm=0", "algo.ppo_epochs=2", "algo.beta=0.04",
                              f"train.out_dir={tmp_path / 'run'}"])
     run, _ = build_run(cfg)
     policy = run.policy
@@ -139,6 +140,7 @@ def test_packing_updates_like_padded_micro_batches_with_less_padding(tmp_path, t
     assert plain["update/padded_frac"] > 0.2 and packed["update/padded_frac"] < \
         plain["update/padded_frac"] / 2
     assert abs(packed["loss/policy"] - plain["loss/policy"]) < 1e-6
+    assert abs(packed["loss/kl"] - plain["loss/kl"]) < 1e-7      # the reference packed too
     assert abs(packed["policy/entropy"] - plain["policy/entropy"]) < 1e-5
     assert abs(packed["rollout/logprob_gap"] - plain["rollout/logprob_gap"]) < 1e-5
     assert g_plain.abs().sum() > 0

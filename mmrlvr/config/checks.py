@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mmrlvr.config.schema import (
+    DECODES,
     EVAL_SET_NAME,
     RESERVED_EVAL_NAMES,
     TRACKERS,
@@ -239,7 +240,7 @@ def find_problems(cfg: Config) -> list[str]:
         "algo.loss_agg": (cfg.algo.loss_agg, ("token", "seq", "seq-sum-norm")),
         "algo.kl_estimator": (cfg.algo.kl_estimator, ("k1", "k3")),
         "rollout.backend": (cfg.rollout.backend, ("auto", "hf", "vllm")),
-        "rollout.decode": (cfg.rollout.decode, ("eager", "static", "compiled")),
+        "rollout.decode": (cfg.rollout.decode, DECODES),
         "optim.schedule": (cfg.optim.schedule, ("cosine", "constant")),
         "data.on_error": (cfg.data.on_error, ("raise", "skip")),
         "train.device": (cfg.train.device, ("auto", "cpu", "cuda")),

@@ -286,6 +286,8 @@ def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]
     return rows
 
 
+DECODES = ("eager", "static", "compiled")
+"""`rollout.decode` choices (the hf engine checks them too: benches and tests build it directly)."""
 EVAL_SET_NAME = r"[A-Za-z0-9_-]+"
 """What a `data.eval` set name may hold: it names metrics (`eval/<name>/...`) and a dir."""
 RESERVED_EVAL_NAMES = ("eval", "family", "answer_type", "reward")

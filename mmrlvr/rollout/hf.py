@@ -29,13 +29,13 @@ import time
 import torch
 import torch.nn.functional as F
 
+from mmrlvr.config.schema import DECODES
 from mmrlvr.rollout.base import SamplingParams, completion_mask, scrub_placeholders
 from mmrlvr.rollout.branching import Branching, latent_noise, make_plan
 from mmrlvr.core.types import PromptBatch, Rollouts
 from mmrlvr.core.types import TOKEN_KEYS, to_device
 
 
-DECODES = ("eager", "static", "compiled")
 CACHE_BUCKET = 128
 """Static KV caches are allocated to a multiple of this many positions (one graph per bucket)."""
 

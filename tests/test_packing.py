@@ -139,6 +139,8 @@ def test_packing_updates_like_padded_micro_batches_with_less_padding(tmp_path, t
     packed, g_packed = update(True)
     assert plain["update/padded_frac"] > 0.2 and packed["update/padded_frac"] < \
         plain["update/padded_frac"] / 2
+    assert packed["update/padded_frac_unpacked"] == plain["update/padded_frac"]
+    assert "update/padded_frac_unpacked" not in plain
     assert abs(packed["loss/policy"] - plain["loss/policy"]) < 1e-6
     assert abs(packed["loss/kl"] - plain["loss/kl"]) < 1e-7      # the reference packed too
     assert abs(packed["policy/entropy"] - plain["policy/entropy"]) < 1e-5

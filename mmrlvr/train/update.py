@@ -137,8 +137,10 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     out["loss/policy"] = d.all_sum(out.get("loss/policy", 0.0)) / max(cfg.algo.ppo_epochs, 1)
     out["optim/grad_norm"] = grad_norm
     out["update/trained_rows"] = len(rows)
-    out["update/padded_frac"] = packed_padded_fraction(rollouts.prompts, mask, micro, G) if cfg.train.packing \
-        else padded_fraction(mask, micro)
+    out["update/padded_frac"] = padded_fraction(mask, micro)
+    if cfg.train.packing:        # what ran; the padded micro-batches' share stays beside it
+        out["update/padded_frac_unpacked"] = out["update/padded_frac"]
+        out["update/padded_frac"] = packed_padded_fraction(rollouts.prompts, mask, micro, G)
     # prompts run per epoch: a group split over micro-batches runs its prompt in each
     out["update/prompt_forwards"] = float(sum(len({r // G for r in part}) for part in micro))
     if token_count:

@@ -54,18 +54,15 @@ def spawn_others(argv: list[str], args, cuda: bool) -> tuple[dict[str, dict], di
     skipped: dict[str, str] = {}
     if args.contrast:
         results["mmrlvr-bf16"] = spawn("mmrlvr-bf16", argv, args)
-    if not cuda:
-        skipped["mmrlvr-compiled"] = "compiled decoding is measured on CUDA (CUDA graphs)"
-    elif args.no_compile:
-        skipped["mmrlvr-compiled"] = "--no-compile"
-    else:
-        results["mmrlvr-compiled"] = spawn("mmrlvr-compiled", argv, args)
-    if not cuda:
-        skipped["mmrlvr-packed"] = "the packed update is measured on CUDA (on CPU: bench/packing.py)"
-    elif args.no_packing:
-        skipped["mmrlvr-packed"] = "--no-packing"
-    else:
-        results["mmrlvr-packed"] = spawn("mmrlvr-packed", argv, args)
+    cuda_only = (("mmrlvr-compiled", "--no-compile", args.no_compile,
+                  "compiled decoding is measured on CUDA (CUDA graphs)"),
+                 ("mmrlvr-packed", "--no-packing", args.no_packing,
+                  "the packed update is measured on CUDA (on CPU: bench/packing.py)"))
+    for phase, flag, off, why in cuda_only:
+        if not cuda or off:
+            skipped[phase] = why if not cuda else flag
+        else:
+            results[phase] = spawn(phase, argv, args)
     if args.no_trl:
         skipped["trl"] = "--no-trl"
     elif not available("trl"):

@@ -11,33 +11,42 @@ from mmrlvr.algo import group_advantages
 from mmrlvr.rollout.base import SamplingParams
 
 
-def test_length_buckets_cut_padding_and_keep_the_gradient(tmp_path, tiny_vl, shapes_dir):
+def uneven_update_inputs(tmp_path, tiny_vl, shapes_dir, *overrides: str):
+    """A run (4 prompts x 4 rollouts of the tiny Qwen2.5-VL, `overrides` on top) and one
+    step's rollouts with completions of different lengths mixed within every group (as EOS
+    ends them), rewards with spread in every group: (run, rollouts, advantages, scores)."""
     from mmrlvr.config import load_config
     from mmrlvr.train.setup import build_run
-    from mmrlvr.train.update import policy_update
 
     cfg = load_config(None, [f"model.path={tiny_vl}", f"data.train={shapes_dir / 'train.jsonl'}",
                              "rollout.group_size=4", "rollout.max_new_tokens=24",
                              "rollout.temperature=1.5", "train.batch_prompts=4",
                              "train.micro_batch=4", "train.steps=1", "optim.lr=1e-12",
-                             "optim.max_grad_norm=0", f"train.out_dir={tmp_path / 'run'}"])
+                             "optim.max_grad_norm=0", f"train.out_dir={tmp_path / 'run'}",
+                             *overrides])
     run, _ = build_run(cfg)
     policy = run.policy
-    examples = [run.train_data[i] for i in range(4)]
-    prompts = policy.adapter.encode(examples, policy.processor)
+    prompts = policy.adapter.encode([run.train_data[i] for i in range(4)], policy.processor)
     torch.manual_seed(0)
     rollouts = run.engine.generate(prompts, SamplingParams(n=4, max_new_tokens=24, temperature=1.5))
-    # completions that ended at different lengths, mixed within every group (as EOS ends them)
     ids, mask = rollouts.completion_ids.clone(), rollouts.completion_mask.clone()   # [16, C]
     for r in range(16):
         keep = 2 + (7 * r) % (ids.shape[1] - 2)
         mask[r, keep:] = 0
         ids[r, keep:] = policy.pad_id
-    rollouts = dataclasses.replace(rollouts, completion_ids=ids, completion_mask=mask,
-                                   sample_logprobs=None)
+    rollouts = dataclasses.replace(rollouts, completion_ids=ids, completion_mask=mask)
     rewards = torch.linspace(0, 1, 16).reshape(4, 4)                  # every group has spread
     advantages = group_advantages(rewards, "grpo", 1e-6).flatten()
     scores = [[{"overall": float(v)} for v in row] for row in rewards]
+    return run, rollouts, advantages, scores
+
+
+def test_length_buckets_cut_padding_and_keep_the_gradient(tmp_path, tiny_vl, shapes_dir):
+    from mmrlvr.train.update import policy_update
+
+    run, rollouts, advantages, scores = uneven_update_inputs(tmp_path, tiny_vl, shapes_dir)
+    policy = run.policy
+    rollouts = dataclasses.replace(rollouts, sample_logprobs=None)
     start = copy.deepcopy(policy.model.state_dict())
 
     def update(buckets: bool):

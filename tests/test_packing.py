@@ -3,7 +3,6 @@ logprobs, entropies and gradients of the padded rows, and run no completion padd
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 import pytest
 import torch
@@ -101,32 +100,13 @@ def test_groups_share_rows_and_the_block_mask_keeps_them_apart():
 def test_packing_updates_like_padded_micro_batches_with_less_padding(tmp_path, tiny_vl,
                                                                      shapes_dir):
     """Two PPO epochs (old logprobs) and a KL to a frozen reference: every forward packed."""
-    from mmrlvr.algo import group_advantages
-    from mmrlvr.config import load_config
-    from mmrlvr.rollout.base import SamplingParams
-    from mmrlvr.train.setup import build_run
     from mmrlvr.train.update import policy_update
+    from tests.test_length_buckets import uneven_update_inputs
 
-    cfg = load_config(None, [f"model.path={tiny_vl}", f"data.train={shapes_dir / 'train.jsonl'}",
-                             "rollout.group_size=4", "rollout.max_new_tokens=24",
-                             "rollout.temperature=1.5", "train.batch_prompts=4",
-                             "train.micro_batch=8", "train.steps=1", "optim.lr=1e-12",
-                             "optim.max_grad_norm=0", "algo.ppo_epochs=2", "algo.beta=0.04",
-                             f"train.out_dir={tmp_path / 'run'}"])
-    run, _ = build_run(cfg)
+    run, rollouts, advantages, scores = uneven_update_inputs(
+        tmp_path, tiny_vl, shapes_dir, "train.micro_batch=8", "algo.ppo_epochs=2",
+        "algo.beta=0.04")
     policy = run.policy
-    prompts = policy.adapter.encode([run.train_data[i] for i in range(4)], policy.processor)
-    torch.manual_seed(0)
-    rollouts = run.engine.generate(prompts, SamplingParams(n=4, max_new_tokens=24, temperature=1.5))
-    ids, mask = rollouts.completion_ids.clone(), rollouts.completion_mask.clone()   # [16, C]
-    for r in range(16):                            # uneven lengths within every group
-        keep = 2 + (7 * r) % (ids.shape[1] - 2)
-        mask[r, keep:] = 0
-        ids[r, keep:] = policy.pad_id
-    rollouts = dataclasses.replace(rollouts, completion_ids=ids, completion_mask=mask)
-    rewards = torch.linspace(0, 1, 16).reshape(4, 4)
-    advantages = group_advantages(rewards, "grpo", 1e-6).flatten()
-    scores = [[{"overall": float(v)} for v in row] for row in rewards]
     start = copy.deepcopy(policy.model.state_dict())
 
     def update(packing: bool):

@@ -135,12 +135,14 @@ def test_accelerate_launch_starts_two_processes(tmp_path, tiny_vl, shapes_dir):
                                                ("fsdp2", True)])
 def test_two_processes_make_the_update_one_process_makes(tmp_path, tiny_vl, shapes_dir, strategy,
                                                         packing):
-    """With `packing`, the two processes pack their groups (`train.packing`) and the one process
-    runs padded micro-batches: the same update either way."""
+    """With `packing`, the two processes pack their groups (`train.packing`; under FSDP2 with
+    gradient checkpointing too, as a 7B run would) and the one process runs padded
+    micro-batches: the same update either way."""
     cfg = write_config(tmp_path, tiny_vl, shapes_dir, "upd", train={"strategy": strategy},
                        optim={"max_grad_norm": 0.0})
     two_cfg = write_config(tmp_path, tiny_vl, shapes_dir, "upd2",
                            train={"strategy": strategy, "packing": packing},
+                           model={"gradient_checkpointing": packing and strategy == "fsdp2"},
                            optim={"max_grad_norm": 0.0})
     e = env(MMRLVR_TRACE=str(tmp_path / "trace"), PYTHONPATH=str(HERE.parent))
     run_ok([sys.executable, str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "one.pt")], env=e)

@@ -163,8 +163,7 @@ class OPDVR:
                              f"tokenizer differs from the policy's ({len(theirs)} vs {len(ours)} "
                              f"tokens; e.g. {differ}); OPDVR compares log-probabilities of the same "
                              "token ids, so the teacher needs the same tokenizer")
-        attn = getattr(policy.base_model().config, "_attn_implementation", None) or "sdpa"
-        model = load_model(self.teacher, policy.compute_dtype, attn)
+        model = load_model(self.teacher, policy.compute_dtype, policy.attn_implementation)
         model.to(policy.device).eval().requires_grad_(False)
         self.model = model
         return model

@@ -13,6 +13,7 @@ from typing import Any
 from mmrlvr.config.schema import (
     DECODES,
     EVAL_SET_NAME,
+    PACKING_ATTENTION,
     RESERVED_EVAL_NAMES,
     TRACKERS,
     Config,
@@ -289,9 +290,10 @@ def find_problems(cfg: Config) -> list[str]:
     if cfg.train.packing and cfg.train.length_buckets:
         problems.append("config keys 'train.packing' and 'train.length_buckets' are both true: pick "
                         "one (packing runs no completion padding; buckets would split its groups)")
-    if cfg.train.packing and cfg.model.attn_implementation not in ("sdpa", "eager"):
-        problems.append(f"config key 'train.packing' needs model.attn_implementation sdpa or eager "
-                        f"(its block mask is 4-D), not {cfg.model.attn_implementation!r}")
+    if cfg.train.packing and cfg.model.attn_implementation not in PACKING_ATTENTION:
+        problems.append(f"config key 'train.packing' needs model.attn_implementation "
+                        f"{' or '.join(PACKING_ATTENTION)} (its block mask is 4-D), not "
+                        f"{cfg.model.attn_implementation!r}")
     if cfg.model.lora.r > 0 and not cfg.model.lora.target_modules:
         problems.append("config key 'model.lora.target_modules' is empty but model.lora.r > 0: "
                         "name the modules LoRA adapts, e.g. [q_proj, k_proj, v_proj, o_proj]")

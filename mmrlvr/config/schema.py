@@ -288,6 +288,8 @@ def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]
 
 DECODES = ("eager", "static", "compiled")
 """`rollout.decode` choices (the hf engine checks them too: benches and tests build it directly)."""
+PACKING_ATTENTION = ("sdpa", "eager")
+"""`model.attn_implementation`s `train.packing` works with (they take its 4-D block mask)."""
 EVAL_SET_NAME = r"[A-Za-z0-9_-]+"
 """What a `data.eval` set name may hold: it names metrics (`eval/<name>/...`) and a dir."""
 RESERVED_EVAL_NAMES = ("eval", "family", "answer_type", "reward")

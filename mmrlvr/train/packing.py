@@ -19,13 +19,13 @@ loses on narrow ones with long completions (`python bench/packing.py`, docs/grpo
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
+from mmrlvr.config.schema import PACKING_ATTENTION
 from mmrlvr.core.types import PromptBatch, select, to_device
 from mmrlvr.train.policy import Policy, token_logprobs
-
-MASKS = ("sdpa", "eager")
-"""Attention implementations that take the block mask."""
 
 
 class Layout:
@@ -125,28 +125,21 @@ def block_mask(owner: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
     return allowed | torch.eye(W, dtype=torch.bool)
 
 
-def attention_kind(policy: Policy) -> str:
-    """The text model's attention implementation."""
-    config = policy.base_model().config
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return getattr(config, "_attn_implementation", None) or "sdpa"
-
-
 def packed_logprobs(policy: Policy, prompts: PromptBatch, prompt_rows: list[int],
                     ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0,
                     with_entropy: bool = False, model: torch.nn.Module | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`Policy.rollout_logprobs` (same arguments, same [N, C] results) through packed rows."""
-    kind = attention_kind(policy)
-    if kind not in MASKS:
+    kind = policy.attn_implementation
+    if kind not in PACKING_ATTENTION:
         raise ValueError(f"train.packing needs an attention implementation that takes a 4-D mask "
-                         f"({', '.join(MASKS)}); the model runs {kind!r}")
+                         f"({', '.join(PACKING_ATTENTION)}); the model runs {kind!r}")
     N, C = ids.shape
     layout = Layout(prompt_rows, [int(n) for n in mask.sum(dim=1).tolist()],
                     prompt_lengths(prompts, prompt_rows))
     R, W = layout.rows, layout.width
-    comp, cols, rows, pos = layout.completion_index()
-    full = _packed_inputs(policy, prompts, prompt_rows, ids, mask, layout, model)
+    comp, cols, rows, pos = index = layout.completion_index()
+    full = _packed_inputs(policy, prompts, prompt_rows, ids, mask, layout, index, model)
     owner, seg = layout.segments()
     allowed = block_mask(owner, seg).to(policy.device)[:, None]                 # [R, 1, W, W]
     if kind == "eager":                      # eager attention adds the mask to its scores
@@ -187,13 +180,14 @@ def packed_logprobs(policy: Policy, prompts: PromptBatch, prompt_rows: list[int]
 
 def _packed_inputs(policy: Policy, prompts: PromptBatch, prompt_rows: list[int],
                    ids: torch.Tensor, mask: torch.Tensor, layout: Layout,
-                   model: torch.nn.Module | None) -> dict:
+                   index: tuple[torch.Tensor, ...], model: torch.nn.Module | None) -> dict:
     """Forward kwargs of the packed rows (all but the mask): ids, positions and token types
-    laid out by `layout`, the prompts' media in the order the rows hold them."""
+    laid out by `layout` (`index`: its `completion_index`), the prompts' media in the order
+    the rows hold them."""
     R, W = layout.rows, layout.width
     prompt_in, _ = select(prompts, layout.order)
     P = prompt_in["input_ids"].shape[1]
-    comp, cols, rows, pos = layout.completion_index()
+    comp, cols, rows, pos = index
     p_rows, p_pos, p_src, p_col = layout.prompt_index(P)
 
     def scatter(prompt_part: torch.Tensor, completion_part: torch.Tensor | None, fill) -> torch.Tensor:
@@ -231,11 +225,14 @@ def prompt_lengths(prompts: PromptBatch, prompt_rows: list[int]) -> dict[int, in
 def _row_positions(policy: Policy, prompts: PromptBatch, prompt_rows: list[int],
                    ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
     """Position ids [(3,) N, P + C] of the whole rows prompt ++ completion, as
-    `Policy.training_inputs` gives them, computed without moving the media (the ids, masks and
-    grids decide positions)."""
-    inputs, _ = select(prompts, prompt_rows)
-    light = {k: v for k, v in inputs.items() if torch.is_tensor(v) and not v.is_floating_point()}
-    rows = to_device(policy.adapter.training_inputs(light, ids, mask), policy.device)
+    `Policy.training_inputs` gives them, computed without copying the media features (the ids,
+    masks and grids decide positions)."""
+    kept = {k for k, v in prompts.inputs.items() if torch.is_tensor(v) and not v.is_floating_point()}
+    light = dataclasses.replace(prompts, inputs={k: prompts.inputs[k] for k in kept},
+                                media_rows=[{k: r for k, r in row.items() if k in kept}
+                                            for row in prompts.media_rows])
+    inputs, _ = select(light, prompt_rows)
+    rows = to_device(policy.adapter.training_inputs(inputs, ids, mask), policy.device)
     positions = policy.adapter.position_ids(policy.base_model(), rows)
     if positions is None:        # positions over the real tokens, as `generate` counts them
         positions = (rows["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)

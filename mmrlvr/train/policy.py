@@ -194,6 +194,13 @@ class Policy:
         """The transformers model underneath any peft wrapper."""
         return self.model.get_base_model() if self.lora else self.model
 
+    @property
+    def attn_implementation(self) -> str:
+        """The text model's attention implementation (`sdpa` where the config names none)."""
+        config = self.base_model().config
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        return getattr(config, "_attn_implementation", None) or "sdpa"
+
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 

@@ -43,7 +43,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     from mmrlvr.train.trainer import train
 
-    summary = train(cfg, resume=bool(args.resume), overwrite=args.overwrite, force=args.force)
+    summary = train(cfg, resume=bool(args.resume), overwrite=args.overwrite, force=args.force,
+                    trust_checkpoint=args.trust_checkpoint)
     if summary:
         print(json.dumps(summary, indent=2))
     return 0
@@ -256,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--force", action="store_true",
                    help="with --resume: continue even though model.path or data differ from the "
                         "run's")
+    t.add_argument("--trust-checkpoint", action="store_true",
+                   help="with --resume: read a checkpoint written before mmrlvr's safe format (a "
+                        "pickled trainer_state.pt, which can run any code planted in it); only "
+                        "for a run dir you wrote yourself")
     t.add_argument("--help-config", action="store_true", help="list every config key and exit")
     t.add_argument("--print-config", action="store_true",
                    help="print the resolved config (YAML; values taken from the model say where "

@@ -166,9 +166,8 @@ def test_train_sampler_difficulty_observes_every_step_and_resumes_exactly(tmp_pa
     step 2 draws and logs what the uninterrupted run did."""
     import shutil
 
-    import torch
-
     from mmrlvr.config import load_config
+    from mmrlvr.train.checkpoint import load_trainer_state
     from mmrlvr.train.trainer import train
 
     def config(name):
@@ -187,7 +186,7 @@ def test_train_sampler_difficulty_observes_every_step_and_resumes_exactly(tmp_pa
     cfg = config("whole")
     train(cfg, progress=False)
     whole = Path(cfg.train.out_dir)
-    state = torch.load(whole / "checkpoints" / "step-4" / "trainer_state.pt", weights_only=False)
+    state = load_trainer_state(whole / "checkpoints" / "step-4")
     sampler = state["sampler"]
     assert sum(sampler["trials"]) == 4 * 4 * 4                     # steps x prompts x members
     rows = metrics(whole)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 import time
@@ -249,3 +250,69 @@ def test_a_bad_image_late_in_the_split_is_found_before_training(tmp_path, tiny_v
                   (tmp_path / "run" / "skipped_rows.jsonl").read_text().splitlines()]
     assert skipped["id"] == "late-bad" and skipped["row"] == 86 and "broken.png" in skipped["reason"]
     assert read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]["data/skipped_rows"] == 1
+
+
+PLANTED = '''
+import os, sys, torch
+class Planted:
+    def __reduce__(self):
+        return (os.system, ("touch " + sys.argv[2],))
+torch.save({"step": 1, "payload": Planted()}, sys.argv[1])
+'''
+
+
+def _plant(tmp_path: Path, target: Path, marker: Path) -> None:
+    (tmp_path / "plant.py").write_text(PLANTED)
+    subprocess.run([sys.executable, str(tmp_path / "plant.py"), str(target), str(marker)],
+                   check=True)
+
+
+def test_resume_never_runs_code_planted_in_a_checkpoint(tmp_path, tiny_vl, shapes_dir):
+    """A pickle with an `os.system` payload in `trainer_state.pt` is refused by name — whether
+    the JSON beside it is there (new format) or not (old format, until --trust-checkpoint)."""
+    path = config(tmp_path, tiny_vl, shapes_dir, "run", None, train={"steps": 2})
+    assert cli("train", str(path)).returncode == 0
+    step2 = tmp_path / "run" / "checkpoints" / "step-2"
+    assert json.loads((step2 / "trainer_state.json").read_text())["format"] == 2
+    marker = tmp_path / "pwned"
+    _plant(tmp_path, step2 / "trainer_state.pt", marker)
+    out = cli("train", "--resume", str(tmp_path / "run"), "train.steps=3")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-1500:]
+    assert "trainer_state.pt holds more than tensors and was not loaded" in out.stderr
+    assert not marker.exists()
+
+    (step2 / "trainer_state.json").unlink()                  # an old-format checkpoint
+    out = cli("train", "--resume", str(tmp_path / "run"), "train.steps=3")
+    assert out.returncode == 2 and "old format, a Python pickle" in out.stderr
+    assert "--trust-checkpoint" in out.stderr and not marker.exists()
+
+
+def test_an_old_format_checkpoint_resumes_only_when_trusted_and_identically(
+        tmp_path, tiny_vl, shapes_dir):
+    """The pickled trainer state earlier releases wrote, read under --trust-checkpoint, continues
+    exactly as the safe format does; the checkpoint after it is written in the safe format."""
+    from mmrlvr.train.checkpoint import load_trainer_state
+
+    def stable(rows):
+        return [{k: v for k, v in r.items() if not k.startswith(("time", "perf"))
+                 and not k.endswith("_s")} for r in rows]
+
+    path = config(tmp_path, tiny_vl, shapes_dir, "run", None, train={"steps": 3})
+    assert cli("train", str(path)).returncode == 0
+    reference = stable(read_metrics(tmp_path / "run" / "metrics.jsonl"))
+    step2 = tmp_path / "run" / "checkpoints" / "step-2"
+    state = load_trainer_state(step2)
+    for r in state["rng"]:                                    # as torch.save pickled it before
+        py, npy = r["python"], r["numpy"]
+        r["python"] = (py["version"], tuple(py["state"]), py["gauss"])
+        r["numpy"] = (npy["name"], npy["key"].numpy().astype("uint32"), npy["pos"],
+                      npy["has_gauss"], npy["cached"])
+    torch.save(state, step2 / "trainer_state.pt")
+    (step2 / "trainer_state.json").unlink()
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "step-3")    # resume from step 2
+    refused = cli("train", "--resume", str(tmp_path / "run"))
+    assert refused.returncode == 2 and "--trust-checkpoint" in refused.stderr
+    out = cli("train", "--resume", str(tmp_path / "run"), "--trust-checkpoint")
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert stable(read_metrics(tmp_path / "run" / "metrics.jsonl")) == reference
+    assert (tmp_path / "run" / "checkpoints" / "step-3" / "trainer_state.json").is_file()

@@ -1,7 +1,11 @@
 """Checkpoints that survive `kill -9`: written to a temp dir, renamed into place, marked complete.
 
-`checkpoints/step-N/` holds an HF-loadable model dir plus `trainer_state.pt` (scheduler, RNG
-states of every rank, data cursor, step, and — unsharded runs — the optimizer). Under FSDP2 each
+`checkpoints/step-N/` holds an HF-loadable model dir plus the trainer state in two files that
+cannot carry code: `trainer_state.json` (step, data cursor, scheduler, sampler, the Python and
+NumPy RNG states of every rank) and `trainer_state.pt`, tensors only (torch's RNG states and —
+unsharded runs — the optimizer), read back with `torch.load(weights_only=True)`. A checkpoint
+written before this format (one pickled `trainer_state.pt`, no JSON) is refused: unpickling it
+could run any code planted in it; `--trust-checkpoint` reads it anyway. Under FSDP2 each
 rank also writes its shard of the model and optimizer with `torch.distributed.checkpoint` into
 `step-N/sharded/`, which loads back at any world size; the HF model is gathered to rank 0. A dir
 without the `COMPLETE` marker — a save cut short — is never picked up and is removed on resume.
@@ -9,6 +13,7 @@ without the `COMPLETE` marker — a save cut short — is never picked up and is
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import re
@@ -22,11 +27,19 @@ import torch
 from mmrlvr.train.parallel import Dist
 
 MARKER = "COMPLETE"
+STATE_JSON = "trainer_state.json"
+STATE_TENSORS = "trainer_state.pt"
+STATE_FORMAT = 2
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+    """This process's random streams, as plain data (JSON) and tensors only."""
+    version, words, gauss = random.getstate()
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": {"version": version, "state": list(words), "gauss": gauss},
+             "numpy": {"name": name, "key": torch.from_numpy(key.astype(np.int64)),
+                       "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached)},
              "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -34,8 +47,10 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    py, npy = state["python"], state["numpy"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+    np.random.set_state((npy["name"], npy["key"].numpy().astype(np.uint32), npy["pos"],
+                         npy["has_gauss"], npy["cached"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -43,6 +58,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be written (no disk space); nothing half-written is kept."""
+
+
+class UntrustedCheckpointError(CheckpointError):
+    """A checkpoint whose trainer state is a pickle that may carry code; refused unless trusted."""
 
 
 def needed_bytes(model: torch.nn.Module, optimizer_states: int) -> int:
@@ -99,7 +118,7 @@ def save_checkpoint(run_dir: Path, step: int, policy, trainer_state: dict[str, A
             dcp.save(sharded, checkpoint_id=tmp / "sharded")
         dist.barrier()
         if dist.main:
-            torch.save(trainer_state, tmp / "trainer_state.pt")
+            write_trainer_state(tmp, trainer_state)
             (tmp / MARKER).write_text(f"step {step}\n")
             _fsync_dir(tmp)
     except (OSError, RuntimeError) as err:     # torch.save reports a full disk as RuntimeError
@@ -158,7 +177,7 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     found = []
     for d in root.iterdir() if root.is_dir() else []:
         m = _STEP_DIR.match(d.name)
-        if m and (d / MARKER).is_file() and (d / "trainer_state.pt").is_file():
+        if m and (d / MARKER).is_file() and (d / STATE_TENSORS).is_file():
             found.append((int(m.group(1)), d))
     return [d for _, d in sorted(found)]
 
@@ -172,5 +191,85 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def load_trainer_state(ckpt: Path) -> dict[str, Any]:
-    return torch.load(Path(ckpt) / "trainer_state.pt", map_location="cpu", weights_only=False)
+def _split(value: Any, tensors: list[torch.Tensor]) -> Any:
+    """`value` with every tensor replaced by {"__tensor__": i}, its index in `tensors`; what
+    remains must be JSON."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return {"__tensor__": len(tensors) - 1}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            # optimizer states are keyed by int parameter ids; JSON keys are strings
+            return {"__intkeys__": [[k, _split(v, tensors)] for k, v in value.items()]}
+        return {k: _split(v, tensors) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_split(v, tensors) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"trainer state holds a {type(value).__name__}, which a checkpoint cannot "
+                    "store without pickling; keep trainer state to tensors and plain data")
+
+
+def _join(value: Any, tensors: list[torch.Tensor]) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"__tensor__"}:
+            return tensors[value["__tensor__"]]
+        if set(value) == {"__intkeys__"}:
+            return {k: _join(v, tensors) for k, v in value["__intkeys__"]}
+        return {k: _join(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_join(v, tensors) for v in value]
+    return value
+
+
+def _from_old(state: dict[str, Any]) -> dict[str, Any]:
+    """An old-format state's RNG entries (the tuples `random` and NumPy return) as this format's."""
+    for r in state.get("rng", []):
+        if isinstance(r.get("python"), tuple):
+            version, words, gauss = r["python"]
+            r["python"] = {"version": version, "state": list(words), "gauss": gauss}
+        if isinstance(r.get("numpy"), tuple):
+            name, key, pos, has_gauss, cached = r["numpy"]
+            r["numpy"] = {"name": name, "key": torch.from_numpy(key.astype(np.int64)),
+                          "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached)}
+    return state
+
+
+def write_trainer_state(ckpt: Path, state: dict[str, Any]) -> None:
+    """`state` as `trainer_state.json` (plain data) and `trainer_state.pt` (a list of tensors)."""
+    tensors: list[torch.Tensor] = []
+    plain = {"format": STATE_FORMAT, "state": _split(state, tensors)}
+    torch.save(tensors, Path(ckpt) / STATE_TENSORS)
+    (Path(ckpt) / STATE_JSON).write_text(json.dumps(plain))
+
+
+def load_trainer_state(ckpt: Path, trust: bool = False) -> dict[str, Any]:
+    """The trainer state of `ckpt`, read without unpickling anything but tensors.
+
+    A checkpoint of the old format (a pickled `trainer_state.pt` without `trainer_state.json`)
+    is refused unless `trust` — it is read then as it was written, code and all.
+    """
+    ckpt = Path(ckpt)
+    tensors_file, plain_file = ckpt / STATE_TENSORS, ckpt / STATE_JSON
+    if not plain_file.is_file():
+        if trust:
+            return _from_old(torch.load(tensors_file, map_location="cpu", weights_only=False))
+        raise UntrustedCheckpointError(
+            f"{tensors_file} is a trainer state of the old format, a Python pickle: loading it "
+            "runs whatever code it holds, and run dirs are shared and downloaded. If you wrote "
+            "this run yourself, resume once with --trust-checkpoint (train(..., "
+            "trust_checkpoint=True)); its next checkpoint is written in the safe format")
+    try:
+        tensors = torch.load(tensors_file, map_location="cpu", weights_only=True)
+    except Exception as err:                          # an UnpicklingError names what it refused
+        raise UntrustedCheckpointError(
+            f"{tensors_file} holds more than tensors and was not loaded (it may carry code; "
+            f"torch said: {str(err).splitlines()[0]}). Resume from a checkpoint you trust") from None
+    try:
+        plain = json.loads(plain_file.read_text())
+        if not isinstance(tensors, list) or plain.get("format") != STATE_FORMAT:
+            raise ValueError(f"format {plain.get('format')!r}, {type(tensors).__name__} of tensors")
+        return _join(plain["state"], tensors)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
+        raise UntrustedCheckpointError(f"{ckpt}: its trainer state is not one mmrlvr wrote "
+                                       f"({err}); resume from another checkpoint") from None

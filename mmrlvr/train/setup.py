@@ -193,8 +193,9 @@ def claim_run_dir(d: Dist, run_dir: Path, cfg: Config, resume: bool = False,
 
 
 def build_run(cfg: Config, resume: bool = False, overwrite: bool = False,
-              force: bool = False) -> tuple[Run, int]:
-    """Load data, policy, optimiser; restore the last complete checkpoint when resuming."""
+              force: bool = False, trust_checkpoint: bool = False) -> tuple[Run, int]:
+    """Load data, policy, optimiser; restore the last complete checkpoint when resuming
+    (`trust_checkpoint`: also one whose trainer state is an old-format pickle)."""
     check_model_path(cfg.model.path)     # before the run dir is touched
     cfg = resolve_model_defaults(cfg)    # pixel bounds, token budget: the model's unless set
     d = start_processes(cfg, cfg.train.batch_prompts)
@@ -202,7 +203,7 @@ def build_run(cfg: Config, resume: bool = False, overwrite: bool = False,
     run_dir = Path(cfg.train.out_dir)
     lock = claim_run_dir(d, run_dir, cfg, resume, overwrite, force)
     try:
-        return _build(cfg, d, run_dir, lock, resume)
+        return _build(cfg, d, run_dir, lock, resume, trust_checkpoint)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -223,7 +224,8 @@ def make_sampler(cfg: Config, train_data) -> PromptSampler | DifficultySampler:
                              **cfg.train.sampler_options)
 
 
-def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool) -> tuple[Run, int]:
+def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool,
+           trust_checkpoint: bool = False) -> tuple[Run, int]:
     if d.main:
         save_config(cfg, run_dir / "config.yaml")
 
@@ -236,6 +238,7 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool) -> tuple[Run
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
         raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir}/checkpoints")
+    state = load_trainer_state(ckpt, trust_checkpoint) if ckpt is not None else None  # before weights
     policy = load_policy(cfg, d, ckpt=ckpt)
     objectives = objectives_mod.build(cfg.objectives)
     wants_ref = [o.name for _, o in objectives if getattr(o, "needs_ref_model", False)]
@@ -252,8 +255,7 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool) -> tuple[Run
         cfg.optim.warmup_steps, cfg.train.steps, cfg.optim.min_lr_ratio, cfg.optim.schedule))
     sampler = make_sampler(cfg, train_data)
     start_step = 0
-    if ckpt is not None:
-        state = load_trainer_state(ckpt)
+    if state is not None:
         if d.strategy == "fsdp2":
             load_sharded(ckpt, policy.base_model(), optimizer)
         else:

@@ -169,13 +169,15 @@ def run_eval(run: Run, step: int, progress: bool = False) -> dict[str, float]:
 
 
 def train(cfg: Config, resume: bool = False, progress: bool = True, overwrite: bool = False,
-          force: bool = False) -> dict[str, Any]:
+          force: bool = False, trust_checkpoint: bool = False) -> dict[str, Any]:
     """Run (or continue) GRPO as configured; returns the run's summary (on rank 0).
 
     `overwrite` lets a fresh run replace an earlier run in `train.out_dir`; `force` lets a
-    resume go on with another model or data than the run started with (`mmrlvr.train.rundir`).
+    resume go on with another model or data than the run started with (`mmrlvr.train.rundir`);
+    `trust_checkpoint` lets a resume read an old-format (pickled) trainer state, which can run
+    code planted in it (`mmrlvr.train.checkpoint`).
     """
-    run, start_step = build_run(cfg, resume, overwrite, force)
+    run, start_step = build_run(cfg, resume, overwrite, force, trust_checkpoint)
     try:
         return _train(run, start_step, resume, progress)
     finally:

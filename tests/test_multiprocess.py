@@ -152,6 +152,11 @@ def test_two_processes_make_the_update_one_process_makes(tmp_path, tiny_vl, shap
     assert torch.equal(one["rewards"], two["rewards"])      # the same rollouts were scored
     if packing:                                  # rank 0's packs ran less padding
         assert two["padded_frac"] < one["padded_frac"], (two["padded_frac"], one["padded_frac"])
+    assert_same_update(one, two)
+
+
+def assert_same_update(one: dict, two: dict) -> None:
+    """The 2-process update (mp_worker's record) is the 1-process update of the whole batch."""
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-7)
     assert one["grads"].keys() == two["grads"].keys() and len(one["grads"]) > 20
     for name, g in one["grads"].items():
@@ -162,6 +167,46 @@ def test_two_processes_make_the_update_one_process_makes(tmp_path, tiny_vl, shap
         clear = one["grads"][name].abs() > 1e-5
         torch.testing.assert_close(two["after"][name][clear], w[clear], rtol=1e-5, atol=1e-6,
                                    msg=name)
+
+
+def run_within(cmd: list[str], timeout: float, **kw) -> None:
+    """Run `cmd` in its own process group; past `timeout` s (a deadlock) kill the group, fail."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kw)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{' '.join(cmd[-2:])}: no result after {timeout:.0f} s (deadlocked ranks?)")
+    assert proc.returncode == 0, err[-4000:]
+
+
+@pytest.mark.parametrize("strategy, beta", [("ddp", 0.0), ("fsdp2", 0.04)])
+def test_a_rank_with_only_text_prompts_keeps_step_with_an_image_rank(tmp_path, tiny_vl, shapes_dir,
+                                                                    strategy, beta):
+    """Rank 0 trains an image prompt's group, rank 1 a text-only one. Under FSDP2 the vision
+    tower is a sharded unit of its own, so rank 1 runs it on a dummy image whose features count
+    0 (its all-gathers and reduce-scatters must match rank 0's), in the sharded reference's
+    no-grad forwards too (`beta`); DDP finds the unused tower parameters itself. The run ends,
+    with the update one process makes on both prompts."""
+    from tests.test_text_only import write_rows
+
+    data = write_rows(tmp_path, shapes_dir, ["image", "text"])   # mp_worker: rank r gets row r
+    sections = dict(data={"train": str(data), "eval": "", "allow_outside": True},
+                    train={"strategy": strategy, "batch_prompts": 2, "steps": 1},
+                    algo={"beta": beta}, optim={"max_grad_norm": 0.0})
+    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "one", **sections)
+    two_cfg = write_config(tmp_path, tiny_vl, shapes_dir, "two", **sections)
+    e = env(MMRLVR_TRACE=str(tmp_path / "trace"), PYTHONPATH=str(HERE.parent))
+    run_within([sys.executable, str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "one.pt")],
+               120, env=e)
+    run_within(torchrun(str(HERE / "mp_worker.py"), str(two_cfg), str(tmp_path / "two.pt")),
+               120, env=e)
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert (two["world"], two["strategy"]) == (2, strategy)
+    assert torch.equal(one["rewards"], two["rewards"])
+    assert_same_update(one, two)
 
 
 def test_fsdp2_in_bf16_moves_every_fp32_master_weight_at_lr_1e_6(tmp_path, tiny_vl, shapes_dir):
@@ -293,3 +338,23 @@ def test_sft_then_pwsd_on_two_processes(tmp_path, tiny_vl, strategy, teacher):
     assert all(r["objective/pwsd/rows"] > 0 and r["objective/pwsd"] >= 0 for r in rows)
     from transformers import AutoModelForImageTextToText
     AutoModelForImageTextToText.from_pretrained(tmp_path / "pwsd" / "final")
+
+
+def test_fsdp2_sft_with_a_text_only_share_matches_one_process(tmp_path, tiny_vl, shapes_dir):
+    """SFT draws both rows of an image + text file each step, so one rank trains the image row
+    and the other the text row: under FSDP2 the run ends, with one process's loss and norm."""
+    from tests.test_text_only import write_rows
+
+    data = write_rows(tmp_path, shapes_dir, ["image", "text"])
+    results = {}
+    for name, launch in (("one", lambda c: [sys.executable, *c]), ("two", lambda c: torchrun(*c))):
+        cfg = write_config(tmp_path, tiny_vl, shapes_dir, name,
+                           sft={"init": str(tiny_vl), "steps": 2, "batch_size": 2, "lr": 1e-3,
+                                "warmup_steps": 0, "out_dir": str(tmp_path / f"sft-{name}")},
+                           data={"train": str(data), "eval": "", "allow_outside": True},
+                           train={"strategy": "fsdp2", "micro_batch": 1})
+        run_within(launch(cli("sft", str(cfg))), 120, env=env())
+        results[name] = read_metrics(tmp_path / f"sft-{name}" / "metrics.jsonl")
+    for a, b in zip(results["one"], results["two"], strict=True):
+        assert b["sft/loss"] == pytest.approx(a["sft/loss"], rel=1e-5)
+        assert b["optim/grad_norm"] == pytest.approx(a["optim/grad_norm"], rel=1e-4)

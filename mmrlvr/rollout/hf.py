@@ -5,7 +5,8 @@ through the model a single time (all but the last token), the key/value cache is
 the G members (rows b*G+g), and `generate` samples from there — the tokens and logprobs of G full
 prefills, for 1/G of their prefill compute (`rollout/prefill_tokens` counts what ran). Media
 placeholder tokens are suppressed at sampling and any that slip through are scrubbed before
-training.
+training. `generate` gets each prompt's position ids as the training forward computes them
+(`prompt_positions`), so text-only prompts and left-padded rows decode where training scores them.
 `rollout.branching` (NC-GRPO latent noise, `mmrlvr.rollout.branching`) displaces the prefill of
 flagged members during sampled (never greedy) generation; those members must not share a prompt
 cache, so with branching on (and for adapters that hand `generate` embeddings) every member is
@@ -88,6 +89,7 @@ class HFRolloutEngine:
                           top_k=params.top_k or None)
         with policy.generation(), latent_noise(policy.model, plan, row_mask):
             inputs = policy.adapter.generation_inputs(policy.base_model(), batch, inputs)
+            inputs["position_ids"] = prompt_positions(policy, inputs)
             noisy = plan is not None and plan.active
             if n > 1 and not noisy and "inputs_embeds" not in inputs and prompt_len > 1:
                 inputs, kwargs = prefill_once(policy.base_model(), inputs, kwargs, n)
@@ -139,25 +141,42 @@ def logits_bytes(rows: int, new_tokens: int, model: torch.nn.Module) -> int:
     return rows * new_tokens * vocab * 4
 
 
+def prompt_positions(policy, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The prompts' position ids ([3, B, P] M-RoPE or [B, P]), as the training forward gives
+    them (`adapter.position_ids`; else counted over the real tokens).
+
+    `generate` gets them explicitly and extends them by one a step, so no model derives them
+    from state it keeps between calls: Qwen2/2.5-VL (and the Omni thinker) cache M-RoPE offsets
+    (`rope_deltas`) on the module, which a batch without images reused from the batch before
+    (wrong positions, or a shape error once the batch size differs), and a prefill without
+    positions counted a text-only row's left padding. Any offsets kept are cleared here too.
+    """
+    positions = policy.adapter.position_ids(policy.base_model(), inputs)
+    if positions is None:
+        positions = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+    for module in policy.base_model().modules():          # nothing stale for anyone to read
+        if getattr(module, "rope_deltas", None) is not None:
+            module.rope_deltas = None
+    return positions
+
+
 def prefill_once(model: torch.nn.Module, inputs: dict[str, torch.Tensor], kwargs: dict,
                  n: int) -> tuple[dict[str, torch.Tensor], dict]:
     """`generate` arguments that sample `n` completions per prompt from one prefill of it.
 
     The prompts (media included) run once without their last token; the cache is repeated for
-    the `n` members of each prompt, and `generate` gets the token rows repeated the same way
-    with that cache, so it runs only the last prompt token per member before sampling. A model
-    that keeps its M-RoPE offsets from the prefill (`rope_deltas`, Qwen2/2.5-VL) has them
-    repeated likewise.
+    the `n` members of each prompt, and `generate` gets the token rows and their position ids
+    (`prompt_positions`) repeated the same way with that cache, so it runs only the last prompt
+    token per member before sampling.
     """
+    positions = inputs["position_ids"]                     # [3, B, P] (M-RoPE) or [B, P]
     prefix = {k: v[:, :-1] if k in TOKEN_KEYS else v for k, v in inputs.items()}
+    prefix["position_ids"] = positions[..., :-1]
     out = model(**prefix, use_cache=True, logits_to_keep=1)
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     cache.batch_repeat_interleave(n)                                   # [B, ...] -> [B*n, ...]
-    for module in model.modules():
-        deltas = getattr(module, "rope_deltas", None)
-        if torch.is_tensor(deltas):
-            module.rope_deltas = deltas.repeat_interleave(n, dim=0)
     rows = {k: v.repeat_interleave(n, dim=0) for k, v in inputs.items() if k in TOKEN_KEYS}
+    rows["position_ids"] = positions.repeat_interleave(n, dim=-2)
     return rows, {**kwargs, "num_return_sequences": 1, "cache": cache}
 
 

@@ -19,7 +19,9 @@ is `train.strategy`, and it is one of
 Under both, every rank must run the same collectives in the same order: the trainer trains every
 rollout row under more than one process (a zero-advantage row adds nothing but keeps the
 micro-batch count equal), and losses are normalised by the global token count (`Dist.all_sum`)
-and multiplied by the world size, because DDP and FSDP average gradients over ranks.
+and multiplied by the world size, because DDP and FSDP average gradients over ranks. A rank
+whose micro-batch holds no image still runs the vision tower under FSDP2 (on a dummy image that
+counts 0: `keep_vision_tower_in_step`); DDP needs nothing for it (`find_unused_parameters`).
 """
 from __future__ import annotations
 
@@ -158,6 +160,7 @@ def fully_shard_model(model: torch.nn.Module, compute_dtype: torch.dtype,
     mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     for unit in shard_units(model):
         fully_shard(unit, mp_policy=mp, reshard_after_forward=True)
+    keep_vision_tower_in_step(model)
     # the root's own parameters (embeddings, head) are needed again at once by the backward
     fully_shard(model, mp_policy=mp, reshard_after_forward=False)
     register_fsdp_forward_method(model, "generate")
@@ -167,6 +170,46 @@ def fully_shard_model(model: torch.nn.Module, compute_dtype: torch.dtype,
     # reshard, so `model.parameters()` are the sharded fp32 masters the optimizer must hold
     model.reshard()
     return model
+
+
+GATHERED = "_mmrlvr_gathered"
+"""Set on a model while `gathered` holds it whole: its forwards then run no collective."""
+
+
+def keep_vision_tower_in_step(model: torch.nn.Module) -> None:
+    """Under FSDP2, run the vision tower in every forward, images or not.
+
+    The tower and each of its blocks are units of their own: a forward that calls them
+    all-gathers their shards, and its backward reduce-scatters their gradients. A rank whose
+    micro-batch holds no image would skip those collectives while the others wait in them, and
+    the ranks' collectives would stop matching. So a forward without images runs the tower on
+    one dummy image of the smallest grid (one merged patch) and adds its features times 0 to the
+    token embeddings: every value and gradient stays what it was (the tower's gradient gets 0s).
+    Not while `gathered` (generate: no collectives then). Qwen2/2.5-VL's `get_image_features`;
+    models without one are left alone.
+    """
+    inner = next((m for m in model.modules() if isinstance(getattr(m, "visual", None),
+                                                            torch.nn.Module)
+                  and hasattr(m, "get_image_features")), None)
+    if inner is None:
+        return
+
+    def run_tower(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple | None:
+        if getattr(model, GATHERED, False) or kwargs.get("mm_encoder_outputs") or any(
+                kwargs.get(k) is not None for k in ("pixel_values", "pixel_values_videos")):
+            return None
+        embeds = kwargs.get("inputs_embeds")
+        if embeds is None:
+            embeds = module.get_input_embeddings()(kwargs["input_ids"])
+        merge = module.visual.spatial_merge_size
+        patch = module.visual.patch_embed.proj.weight.shape[1:].numel()   # C·T·P·P values
+        pixels = torch.zeros(merge * merge, patch, device=embeds.device)
+        grid = torch.tensor([[1, merge, merge]], device=embeds.device)
+        features = module.get_image_features(pixels, grid, return_dict=True).pooler_output
+        zero = torch.cat(features).sum() * 0
+        return args, {**kwargs, "inputs_embeds": embeds + zero.to(embeds.dtype)}
+
+    inner.register_forward_pre_hook(run_tower, with_kwargs=True)
 
 
 def fsdp_units(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -190,9 +233,11 @@ def gathered(model: torch.nn.Module) -> Iterator[None]:
     for unit in units:
         unit.unshard()
         unit.set_reshard_after_forward(False, recurse=False)
+    setattr(model, GATHERED, True)
     try:
         yield
     finally:
+        setattr(model, GATHERED, False)
         for unit in units:
             unit.reshard()
             unit.set_reshard_after_forward(unit is not root, recurse=False)

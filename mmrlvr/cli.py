@@ -300,8 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeatable: the parts are summed with weight 1 each)")
     e.set_defaults(fn=cmd_eval)
 
+    from mmrlvr.tiny import KINDS as TINY_KINDS
+
     k = sub.add_parser("tiny", help="a tiny random-weight model of a real architecture")
-    k.add_argument("kind", choices=["qwen2-vl", "qwen2.5-vl", "qwen2-audio", "qwen2.5-omni"])
+    k.add_argument("kind", choices=list(TINY_KINDS))
     k.add_argument("--out", required=True, help="output model dir")
     k.add_argument("--hidden-size", type=int, default=128)
     k.add_argument("--layers", type=int, default=4)
@@ -313,7 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--corpus", nargs="*", help="JSONL datasets whose text the tokenizer learns too")
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--audio-window", type=int, default=3,
-                   help="qwen2-audio, qwen2.5-omni: feature window in seconds (the real models' is 30)")
+                   help="qwen2-audio, qwen2.5-omni, qwen3-omni: feature window in seconds (the real "
+                        "models' is 30)")
     k.set_defaults(fn=cmd_tiny)
 
     v = sub.add_parser("pretrain-vision", help="teach a tiny model's vision tower to read "

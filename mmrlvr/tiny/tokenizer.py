@@ -153,6 +153,9 @@ def build_tokenizer(
     eos_token: str = "<|im_end|>",
     pad_token: str = "<|endoftext|>",
     model_max_length: int = 4096,
+    bos_token: str | None = None,
+    unk_token: str | None = None,
+    **tokenizer_kwargs,
 ):
     """Train a byte-level BPE tokenizer offline and wrap it as a transformers fast tokenizer.
 
@@ -168,6 +171,10 @@ def build_tokenizer(
         vocab_target: total vocabulary size wanted, special tokens included (>= 256 + specials).
         special_tokens: added tokens, in id order; must include `eos_token` and `pad_token`.
         chat_template: jinja template stored on the tokenizer (the Qwen2-VL one by default).
+        bos_token, unk_token: the family's, if it has them (Qwen has neither; Gemma `<bos>` and
+            `<unk>`); must be among special_tokens.
+        tokenizer_kwargs: more `PreTrainedTokenizerFast` arguments, only where a family needs them
+            (e.g. Gemma's `add_bos_token=True`).
     Returns:
         the `PreTrainedTokenizerFast`; `len(tok)` is the size the model's embedding must have.
     """
@@ -175,8 +182,8 @@ def build_tokenizer(
     from transformers import PreTrainedTokenizerFast
 
     special_tokens = list(dict.fromkeys(special_tokens))
-    for t in (eos_token, pad_token):
-        if t not in special_tokens:
+    for t in (eos_token, pad_token, bos_token, unk_token):
+        if t is not None and t not in special_tokens:
             raise ValueError(f"{t!r} must be one of special_tokens")
     n_bpe = vocab_target - len(special_tokens)
     if n_bpe < 256:
@@ -207,14 +214,15 @@ def build_tokenizer(
         tokenizer_object=tk,
         eos_token=eos_token,
         pad_token=pad_token,
-        unk_token=None,
-        bos_token=None,
+        unk_token=unk_token,
+        bos_token=bos_token,
         padding_side="left",
         model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
         split_special_tokens=False,
         errors="replace",
         chat_template=chat_template,
+        **tokenizer_kwargs,
     )
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -230,22 +238,11 @@ leaves `rollout.max_new_tokens` at 0 ("the model's") runs with on a laptop."""
 def instantiate_and_save(model_cls, config, tok, processor, out: Path, seed: int):
     """Seeded float32 random init on CPU (global RNG untouched), Qwen generation defaults
     (eos <|im_end|>, pad/bos <|endoftext|>) with a small completion budget
-    (`TINY_MAX_NEW_TOKENS`), then processor and model saved into `out`."""
-    import torch
-    from transformers import GenerationConfig
+    (`TINY_MAX_NEW_TOKENS`), then processor and model saved into `out`
+    (`mmrlvr.tiny.common.save_seeded` with the Qwen ids)."""
+    from mmrlvr.tiny.common import save_seeded
 
     eot = tok.convert_tokens_to_ids("<|endoftext|>")
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    fork_devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=fork_devices):
-        torch.manual_seed(seed)
-        with torch.device("cpu"):
-            model = model_cls(config).to(torch.float32)
-    model.generation_config = GenerationConfig(bos_token_id=eot, eos_token_id=im_end, pad_token_id=eot,
-                                               max_new_tokens=TINY_MAX_NEW_TOKENS)
-    model.eval()
-    processor.save_pretrained(str(out))
-    model.save_pretrained(str(out))
-    return model
-
-
+    return save_seeded(model_cls, config, processor, out, seed, bos_token_id=eot, eos_token_id=im_end,
+                       pad_token_id=eot, max_new_tokens=TINY_MAX_NEW_TOKENS)

@@ -114,7 +114,7 @@ def pretrain_vision(model_dir: str | Path, train: str | Path, out_dir: str | Pat
     tower = vision_tower(model)
 
     def pixels(batch: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
-        images = [adapter.load_image(ex.images[0], ex) for ex in batch]
+        images = [adapter.load_image(ex.images[0], ex, processor) for ex in batch]
         out = processor.image_processor(images=images, return_tensors="pt")
         grid = out["image_grid_thw"]
         if not bool((grid == grid[0]).all()):

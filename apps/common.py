@@ -150,7 +150,7 @@ def prepare_images(policy: Any, files: Any) -> tuple[list[Image.Image], list[str
     for i, f in enumerate(files, 1):
         src = open_image(f, f"image {i}")
         try:
-            resized = policy.adapter.load_image(src, probe)
+            resized = policy.adapter.load_image(src, probe, policy.processor)
         except ValueError as err:  # qwen-vl-utils refuses extreme aspect ratios
             raise UserError(f"image {i} cannot be resized for the model: {err}") from None
         images.append(resized)

@@ -13,7 +13,6 @@ trained.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,19 +41,18 @@ CSS = """
 
 
 def model_modality(model: str) -> str:
-    """The adapter a model dir implies: `audio` for Qwen2-Audio / Qwen2.5-Omni, else `vision`.
+    """The adapter a model dir implies: its family's (`mmrlvr.models`: `audio` for Qwen2-Audio
+    and the Omni thinkers), else `vision`.
 
     (An image-translation model is a vision model: that adapter comes from the run config or
     `--modality image_translation`.)
     """
-    path = Path(model).expanduser() / "config.json"
+    from mmrlvr import models
+
     try:
-        config = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        config = {}
-    kind = " ".join([str(config.get("model_type", "")),
-                     *map(str, config.get("architectures") or [])])
-    return "audio" if "audio" in kind.lower() or "omni" in kind.lower() else "vision"
+        return models.resolve(str(Path(model).expanduser())).modality
+    except models.FamilyError:          # not a model dir (yet), or no family: Policy.load says so
+        return "vision"
 
 
 def load_policy(config: Any, path: str, device: Any) -> Any:

@@ -59,7 +59,7 @@ def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Resu
 
     policy = ctx.policy
     try:
-        resized = policy.adapter.load_image(picture, None)
+        resized = policy.adapter.load_image(picture, None, policy.processor)
     except ValueError as err:  # qwen-vl-utils refuses extreme aspect ratios
         raise UserError(f"the image cannot be resized for the model: {err}") from None
     example = make_example(resized, lang, id="demo")

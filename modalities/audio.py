@@ -88,7 +88,7 @@ class AudioAdapter(Adapter):
                 self._cache.popitem(last=False)
         return clips
 
-    def vllm_media(self, example: Example, sampling_rate: int = 16000,
+    def vllm_media(self, example: Example, processor: Any = None, sampling_rate: int = 16000,
                    window: int = 30 * 16000) -> dict[str, list]:
         """The example's audio as vLLM's `multi_modal_data` (`(array, rate)` pairs)."""
         clips = [c for a in example.audios for c in self.load_audio(a, example, sampling_rate, window)]
@@ -105,6 +105,7 @@ class AudioAdapter(Adapter):
     def encode(self, examples: list[Example], processor: Any, system_prompt: str = "",
                format_prompt: str = "", **_: Any) -> PromptBatch:
         fe = processor.feature_extractor
+        token = self.family_of(processor).audio_token
         sr, window = int(fe.sampling_rate), int(fe.n_samples)
         texts, clips, per_sample = [], [], []
         for ex in examples:
@@ -112,29 +113,30 @@ class AudioAdapter(Adapter):
             text = processor.apply_chat_template(
                 self.build_messages(ex, system_prompt, format_prompt, len(mine)),
                 tokenize=False, add_generation_prompt=True)
-            if text.count(AUDIO_TOKEN) != len(mine):
-                raise DataError(f"sample {ex.id}: the prompt holds {text.count(AUDIO_TOKEN)} audio "
+            if text.count(token) != len(mine):
+                raise DataError(f"sample {ex.id}: the prompt holds {text.count(token)} audio "
                                 f"placeholders for {len(mine)} audio clip(s); remove literal "
-                                f"{AUDIO_TOKEN} text from the question")
+                                f"{token} text from the question")
             texts.append(text)
             clips.extend(mine)
             per_sample.append(len(mine))
         inputs = processor(text=texts, audio=clips or None, sampling_rate=sr, padding=True,
                            return_tensors="pt")
         inputs = {k: v for k, v in inputs.items() if torch.is_tensor(v)}
+        family = self.family_of(processor)
         rows, start = [], 0
         for n in per_sample:
             rows.append({k: (start, start + n) for k in self.media_keys} if n else {})
             start += n
-        self._check_token_counts(inputs, rows, examples, processor)
+        self._check_token_counts(family, inputs, rows, examples, processor)
         return PromptBatch(list(examples), inputs, rows, texts,
                            {"system_prompt": system_prompt, "format_prompt": format_prompt})
 
     @staticmethod
-    def _check_token_counts(inputs, rows, examples, processor) -> None:
+    def _check_token_counts(family, inputs, rows, examples, processor) -> None:
         """Audio-token count must equal the encoder outputs each sample's clips produce."""
-        audio_id = processor.tokenizer.convert_tokens_to_ids(AUDIO_TOKEN)
-        lengths = _output_lengths(inputs["feature_attention_mask"].sum(-1)).tolist() \
+        audio_id = processor.tokenizer.convert_tokens_to_ids(family.audio_token)
+        lengths = family.output_lengths(inputs["feature_attention_mask"].sum(-1)).tolist() \
             if "feature_attention_mask" in inputs else []
         for i, (ex, r) in enumerate(zip(examples, rows)):
             tokens = int((inputs["input_ids"][i] == audio_id).sum())
@@ -142,21 +144,14 @@ class AudioAdapter(Adapter):
             if tokens != features:
                 raise DataError(f"sample {ex.id}: {tokens} audio tokens in the prompt but its clips "
                                 f"give {features} encoder outputs; check that the prompt holds no "
-                                f"literal {AUDIO_TOKEN} and the processor matches the model")
+                                f"literal {family.audio_token} and the processor matches the model")
 
     # -- model side -------------------------------------------------------------------------
     def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
                      ) -> torch.Tensor:
-        """Qwen2-Audio: 1-D positions [N, T] over real tokens only (what `generate` uses).
-        Omni thinker: 3-D M-RoPE positions [3, N, T] from ids, mask and clip lengths."""
-        mask = inputs["attention_mask"]
-        if _is_omni(model):
-            lengths = inputs["feature_attention_mask"].sum(-1) \
-                if "feature_attention_mask" in inputs else None
-            positions, _ = _parts(model).get_rope_index(inputs["input_ids"], None, None, mask,
-                                                        False, lengths)
-            return positions
-        return (mask.long().cumsum(-1) - 1).clamp(min=0)
+        """The family's: Qwen2-Audio 1-D positions [N, T] over real tokens only (what `generate`
+        uses); the Omni thinker 3-D M-RoPE positions [3, N, T] from ids, mask and clip lengths."""
+        return self.family_of(None).position_ids(model, inputs)
 
     def shared_media(self, model: torch.nn.Module, batch: PromptBatch, rows: list[int],
                      device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
@@ -164,8 +159,8 @@ class AudioAdapter(Adapter):
         if found is None:
             return None
         distinct, inputs, media_rows = found
-        per_audio = audio_embeddings(model, inputs["input_features"].to(device, dtype),
-                                     inputs["feature_attention_mask"].to(device))
+        per_audio = self.family_of(None).encode_audio(model, inputs["input_features"].to(device, dtype),
+                                                      inputs["feature_attention_mask"].to(device))
         per_row = {i: per_audio[slice(*r["input_features"])] for i, r in zip(distinct, media_rows)}
         return {"audio_embeds": [f for i in rows for f in per_row.get(i, ())]}  # token order
 
@@ -177,7 +172,8 @@ class AudioAdapter(Adapter):
         `inputs_embeds` given and no `input_features`, neither model embeds or encodes again.
         """
         out = {k: v for k, v in inputs.items() if k != "input_features"}
-        out["inputs_embeds"] = merge_embeddings(model, inputs["input_ids"], media["audio_embeds"])
+        out["inputs_embeds"] = merge_embeddings(model, self.family_of(None), inputs["input_ids"],
+                                                media["audio_embeds"])
         return out
 
     def generation_inputs(self, model: torch.nn.Module, batch: PromptBatch,
@@ -192,72 +188,22 @@ class AudioAdapter(Adapter):
         media = self.shared_media(model, batch, list(range(len(batch))), inputs["input_ids"].device,
                                   inputs["input_features"].dtype)
         out = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"],
-               "inputs_embeds": merge_embeddings(model, inputs["input_ids"], media["audio_embeds"])}
-        if _is_omni(model):
+               "inputs_embeds": merge_embeddings(model, self.family_of(None), inputs["input_ids"],
+                                                 media["audio_embeds"])}
+        if getattr(self.family_of(None), "time_positions", False):
             for ex, rows in zip(batch.examples, batch.media_rows):
                 if rows and rows["feature_attention_mask"][1] - rows["feature_attention_mask"][0] > 1:
-                    raise DataError(f"sample {ex.id}: the Qwen2.5-Omni thinker path samples from one "
+                    raise DataError(f"sample {ex.id}: the {self.family.name} thinker path samples from one "
                                     "audio clip per prompt; give one clip (or long_audio='truncate')")
             out["feature_attention_mask"] = inputs["feature_attention_mask"]   # positions by time
         return out
 
 
-def _output_lengths(mel_lengths: torch.Tensor) -> torch.Tensor:
-    """Encoder outputs per clip from its mel-frame count (conv stride 2, then pooling 2)."""
-    return ((mel_lengths - 1) // 2 + 1 - 2) // 2 + 1
-
-
-def _parts(model: torch.nn.Module) -> torch.nn.Module:
-    inner = getattr(model, "model", model)
-    if not hasattr(inner, "audio_tower"):
-        raise TypeError(f"{type(model).__name__} has no audio tower: the audio modality needs a "
-                        "Qwen2-Audio model or a Qwen2.5-Omni thinker")
-    return inner
-
-
-def _is_omni(model: torch.nn.Module) -> bool:
-    """The Omni thinker (its encoder drops padding frames itself and projects to the text width)."""
-    return hasattr(_parts(model), "get_audio_features")
-
-
-def audio_embeddings(model: torch.nn.Module, features: torch.Tensor, feature_mask: torch.Tensor
-                     ) -> list[torch.Tensor]:
-    """Projected encoder outputs per clip, trimmed to its length: n_audio × [L_a, D_text].
-
-    The same computation as `Qwen2AudioModel.forward` (mask from the mel lengths, encoder,
-    projector) or the Omni thinker's `get_audio_features`, once per clip given.
-    """
-    from transformers.masking_utils import create_bidirectional_mask
-
-    inner = _parts(model)
-    frames = feature_mask.sum(-1)                                         # [n_audio]
-    if _is_omni(model):
-        flat = inner.get_audio_features(features, feature_mask, return_dict=True).last_hidden_state
-        return list(flat.split(_output_lengths(frames).tolist()))          # [sum L, D] -> per clip
-    tower = inner.audio_tower
-    in_lengths = (frames - 1) // 2 + 1                                    # after conv stride 2
-    n, _, mel_frames = features.shape
-    width = (mel_frames - 2) // 2 + 1
-    valid = torch.arange(width, device=frames.device)[None, :] < in_lengths[:, None]   # [n, W]
-    mask = create_bidirectional_mask(config=tower.config,
-                                     inputs_embeds=torch.zeros(n, width, 1, dtype=features.dtype,
-                                                               device=features.device),
-                                     attention_mask=valid.long())
-    hidden = tower(features, attention_mask=mask).last_hidden_state          # [n, W/2, D_audio]
-    projected = inner.multi_modal_projector(hidden)                          # [n, W/2, D_text]
-    lengths = _output_lengths(frames).tolist()
-    return [projected[k, :lengths[k]] for k in range(n)]
-
-
-def merge_embeddings(model: torch.nn.Module, input_ids: torch.Tensor,
+def merge_embeddings(model: torch.nn.Module, family: Any, input_ids: torch.Tensor,
                      audio_embeds: list[torch.Tensor]) -> torch.Tensor:
     """Text embeddings [N, T, D] with `audio_embeds` (in token order) at the audio tokens."""
-    inner = _parts(model)
     embeds = model.get_input_embeddings()(input_ids)                          # [N, T, D]
-    cfg = inner.config
-    token = getattr(cfg, "audio_token_id", None)
-    token = token if token is not None else cfg.audio_token_index
-    is_audio = input_ids == token                                             # [N, T]
+    is_audio = input_ids == family.audio_token_id(model)                      # [N, T]
     n_tokens = int(is_audio.sum())
     if not audio_embeds:
         if n_tokens:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from mmrlvr.data import Example
-from mmrlvr.core.types import PromptBatch, select
+from mmrlvr.core.types import TYPE_KEYS, PromptBatch, select
 
 class Adapter:
     """Base class: subclasses set `name`, `media_keys` and implement `encode`."""
@@ -24,6 +24,26 @@ class Adapter:
 
     def __init__(self, **options: Any):
         self.options = options
+        self.family: Any = None
+        """The model family this adapter feeds (`mmrlvr.models`), bound by `Policy.load`."""
+
+    def bind(self, family: Any) -> "Adapter":
+        """Feed a model of `family` (placeholders, geometry, positions come from it)."""
+        self.family = family
+        return self
+
+    def family_of(self, processor: Any) -> Any:
+        """The bound family, else the one `processor`'s class belongs to."""
+        if self.family is None:
+            from mmrlvr import models
+
+            found = models.of_processor(processor)
+            if found is None:
+                raise ValueError(f"the {self.name} adapter is bound to no model family and the "
+                                 f"processor {type(processor).__name__} names none; load the model "
+                                 f"with Policy.load (families: {', '.join(models.names())})")
+            self.family = found
+        return self.family
 
     def build_messages(self, example: Example, system_prompt: str = "",
                        format_prompt: str = "") -> list[dict[str, Any]]:
@@ -46,7 +66,8 @@ class Adapter:
 
     def placeholder_ids(self, tokenizer: Any) -> list[int]:
         ids = []
-        for tok in self.placeholder_tokens:
+        tokens = self.family.placeholder_tokens if self.family is not None else self.placeholder_tokens
+        for tok in tokens:
             tid = tokenizer.convert_tokens_to_ids(tok)
             if tid is not None and tid != tokenizer.unk_token_id:
                 ids.append(int(tid))
@@ -74,7 +95,7 @@ class Adapter:
         out.update(media)
         return out
 
-    def vllm_media(self, example: Example) -> dict[str, list]:
+    def vllm_media(self, example: Example, processor: Any = None) -> dict[str, list]:
         """The example's media as vLLM's `multi_modal_data` (none by default)."""
         return {}
 
@@ -114,7 +135,8 @@ class Adapter:
         out["input_ids"] = torch.cat([inputs["input_ids"], completion_ids], dim=1)
         out["attention_mask"] = torch.cat(
             [inputs["attention_mask"], completion_mask.to(inputs["attention_mask"].dtype)], dim=1)
-        if "mm_token_type_ids" in inputs:
-            zeros = torch.zeros_like(completion_ids, dtype=inputs["mm_token_type_ids"].dtype)
-            out["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], zeros], dim=1)
+        for key in TYPE_KEYS:
+            if key in inputs:
+                zeros = torch.zeros_like(completion_ids, dtype=inputs[key].dtype)
+                out[key] = torch.cat([inputs[key], zeros], dim=1)
         return out

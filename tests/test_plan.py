@@ -59,6 +59,29 @@ def test_audio_models_count_as_load_model_builds_them(kind, tmp_path):
     assert plan.dims.towers["audio tower"] == audio == plan.dims.total - plan.dims.trainable
 
 
+@pytest.mark.parametrize("kind", ["qwen3-vl", "qwen3-vl-moe", "gemma3"])
+def test_new_families_count_as_load_model_builds_them(kind, tmp_path):
+    """Each family's towers (Gemma: `vision_tower` + projector) and, for a MoE model, the
+    parameters a token runs through: the non-expert ones and top-k of n experts."""
+    from mmrlvr.train.policy import load_model
+    from mmrlvr.tiny import build_tiny
+
+    path = build_tiny(kind, tmp_path / kind)
+    plan = make_plan(_cfg(path, "model.freeze_vision=true"), gpus=1, gpu_mem_gib=80)
+    model = load_model(str(path), torch.float32)
+    assert plan.dims.total == sum(p.numel() for p in model.parameters())
+    towers = ("visual", "vision_tower", "multi_modal_projector")
+    vision = sum(p.numel() for n, p in model.named_parameters() if set(n.split(".")) & set(towers))
+    assert plan.dims.towers["vision tower"] == vision == plan.dims.total - plan.dims.trainable
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    text = model.config.get_text_config()
+    if kind.endswith("moe"):
+        k, n = text.num_experts_per_tok, text.num_experts
+        assert experts > 0 and plan.dims.active == plan.dims.total - experts + experts * k // n
+    else:
+        assert experts == 0 and plan.dims.active == plan.dims.total
+
+
 @pytest.mark.parametrize("overrides", [
     ["model.freeze_vision=true"], ["model.lora.r=4"],
     ["model.lora.r=8", "model.lora.target_modules=[q_proj,v_proj]"]],

@@ -240,6 +240,7 @@ def find_problems(cfg: Config) -> list[str]:
         "algo.advantage": (cfg.algo.advantage, ("grpo", "drgrpo")),
         "algo.loss_agg": (cfg.algo.loss_agg, ("token", "seq", "seq-sum-norm")),
         "algo.kl_estimator": (cfg.algo.kl_estimator, ("k1", "k3")),
+        "algo.ratio": (cfg.algo.ratio, ("token", "sequence")),
         "rollout.backend": (cfg.rollout.backend, ("auto", "hf", "vllm")),
         "rollout.decode": (cfg.rollout.decode, DECODES),
         "optim.schedule": (cfg.optim.schedule, ("cosine", "constant")),

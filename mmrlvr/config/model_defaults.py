@@ -44,7 +44,7 @@ class ModelDefaults:
     sources: dict[str, str] = field(default_factory=dict)
 
 
-def _model_file(path: str, name: str) -> Path | None:
+def model_file(path: str, name: str) -> Path | None:
     """`name` in the local model dir `path`, or in the local HF cache of hub id `path`."""
     local = Path(path).expanduser()
     if local.is_dir():
@@ -73,7 +73,7 @@ def _image_processors(path: str) -> list[tuple[str, dict[str, Any]]]:
     """(where, settings) of each image-processor block the model's processor files hold."""
     out = []
     for name in ("processor_config.json", "preprocessor_config.json"):
-        file = _model_file(path, name)
+        file = model_file(path, name)
         if file is None:
             continue
         data = _read_json(file)
@@ -105,7 +105,7 @@ def _positive_int(value: Any) -> bool:
 def model_defaults(path: str) -> ModelDefaults:
     """The model at `path` (local dir or cached hub id)'s pixel bounds and completion budget,
     each with its source; what the model does not state gets the documented fallback."""
-    found = bool(path) and _model_file(path, "config.json") is not None
+    found = bool(path) and model_file(path, "config.json") is not None
     missing = f"fallback: model {path!r} not found locally (no dir, not in the HF cache)"
     out = ModelDefaults(0, 0, 0)
 
@@ -128,7 +128,7 @@ def model_defaults(path: str) -> ModelDefaults:
             else FALLBACK_PIXELS
         out.sources["model.min_pixels"] = out.sources["model.max_pixels"] = why
 
-    gen = _model_file(path, "generation_config.json") if found else None
+    gen = model_file(path, "generation_config.json") if found else None
     budget = _read_json(gen).get("max_new_tokens") if gen is not None else None
     if _positive_int(budget):
         out.max_new_tokens = budget

@@ -81,7 +81,7 @@ class ModalityAdapter(Protocol):
                     ) -> dict[str, Any]:
         """Forward kwargs with `shared_media`'s features in place of the raw media."""
 
-    def vllm_media(self, example: Example) -> dict[str, list]:
+    def vllm_media(self, example: Example, processor: Any = None) -> dict[str, list]:
         """The example's media as vLLM's `multi_modal_data`."""
 
     def privileged_example(self, example: Example) -> Example:
@@ -104,7 +104,10 @@ class Reward(Protocol):
         """Score `completions` of `example`."""
 
 # Keys whose first dimension is the batch (one row per sample).
-TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
+TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+TYPE_KEYS = ("mm_token_type_ids", "token_type_ids")
+"""Per-token modality tags (Qwen-VL: `mm_token_type_ids`; Gemma 3: `token_type_ids`): a
+completion's tokens are text, 0."""
 
 
 def select(batch: PromptBatch, index: list[int]) -> tuple[dict[str, torch.Tensor], list[dict]]:

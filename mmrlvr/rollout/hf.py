@@ -91,7 +91,8 @@ class HFRolloutEngine:
             inputs = policy.adapter.generation_inputs(policy.base_model(), batch, inputs)
             inputs["position_ids"] = prompt_positions(policy, inputs)
             noisy = plan is not None and plan.active
-            if n > 1 and not noisy and "inputs_embeds" not in inputs and prompt_len > 1:
+            if n > 1 and not noisy and "inputs_embeds" not in inputs and prompt_len > 1 \
+                    and policy.family.repeatable_cache:
                 inputs, kwargs = prefill_once(policy.base_model(), inputs, kwargs, n)
                 prefill_tokens = int(batch.inputs["attention_mask"].sum())
             else:

@@ -272,7 +272,7 @@ class VLLMRolloutEngine:
         specs = request_specs(len(batch), n, plan if noisy else None, salt=uuid.uuid4().hex)
         prompts = []
         for ex, text in zip(batch.examples, batch.prompt_texts):
-            media = policy.adapter.vllm_media(ex)
+            media = policy.adapter.vllm_media(ex, policy.processor)
             prompts.append({"prompt": text, **({"multi_modal_data": media} if media else {})})
         requests, samplings = build_requests(prompts, specs, params, policy.eos_ids,
                                              policy.placeholder_ids)

@@ -33,46 +33,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-
 import torch
 
-
-@dataclass(frozen=True)
-class Architecture:
-    """How one model family's transformers-5 parameter names become its checkpoint names."""
-
-    renames: tuple[tuple[str, str], ...]
-    """(transformers-5 prefix, checkpoint prefix), first match wins."""
-    roots: tuple[str, ...]
-    """Every checkpoint name starts with one of these."""
-    media: str
-    """The `multi_modal_data` key of its prompts (vLLM's `limit_mm_per_prompt` modality)."""
+from mmrlvr.models import VllmNames
 
 
-_QWEN_VL = Architecture(
-    renames=(("model.language_model.", "model."), ("model.visual.", "visual.")),
-    roots=("model.", "visual.", "lm_head."), media="image")
+def architecture(model_type: str) -> VllmNames:
+    from mmrlvr import models
 
-ARCHITECTURES: dict[str, Architecture] = {
-    "qwen2_vl": _QWEN_VL,
-    "qwen2_5_vl": _QWEN_VL,
-    "qwen2_audio": Architecture(
-        renames=(("model.language_model.", "language_model.model."),
-                 ("model.audio_tower.", "audio_tower."),
-                 ("model.multi_modal_projector.", "multi_modal_projector."),
-                 ("lm_head.", "language_model.lm_head.")),
-        roots=("language_model.", "audio_tower.", "multi_modal_projector."), media="audio"),
-}
-"""The families the vLLM backend syncs, by `config.model_type`."""
-
-
-def architecture(model_type: str) -> Architecture:
-    if model_type not in ARCHITECTURES:
+    try:
+        names = models.of_type(model_type).vllm
+    except models.FamilyError:
+        names = None
+    if names is None:
+        have = sorted(t for f in models.FAMILIES if f.vllm for t in f.model_types)
         raise ValueError(f"rollout.backend 'vllm': no weight-name mapping for model type "
-                         f"{model_type!r} (have {sorted(ARCHITECTURES)}); use rollout.backend: hf "
-                         "or add the family to mmrlvr.rollout.vllm_sync.ARCHITECTURES")
-    return ARCHITECTURES[model_type]
+                         f"{model_type!r} (have {have}); use rollout.backend: hf or give the "
+                         "family its `vllm` names (mmrlvr.models)")
+    return names
 
 
 _WRAPPERS = re.compile(

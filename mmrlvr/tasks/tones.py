@@ -236,6 +236,10 @@ def write_rows(examples: list[Example], path: Path) -> None:
             fh.write(json.dumps(ex.to_json(), ensure_ascii=False) + "\n")
 
 
+DURATION_CLIP_S = 1.8
+"""The shortest clip the 'duration' family's two tones and their gap fit in."""
+
+
 def make_tones(out_dir: str | Path, *, n_train: int = 2000, n_test: int = 200, seed: int = 0,
                families: list[str] | None = None, clip_s: float = 2.0) -> dict[str, Any]:
     """Write a tones dataset to `out_dir`; returns its info dict (also saved as info.json)."""
@@ -248,6 +252,11 @@ def make_tones(out_dir: str | Path, *, n_train: int = 2000, n_test: int = 200, s
         raise ValueError(f"n_train and n_test must be >= 0, got {n_train}, {n_test}")
     if not 1.0 <= clip_s <= 30.0:
         raise ValueError(f"clip_s must lie in [1, 30] seconds, got {clip_s}")
+    if "duration" in families and clip_s < DURATION_CLIP_S:
+        # its two tones and the gap between them last up to 0.1 + 0.35 + 0.4 + 0.91 s
+        raise ValueError(f"clip_s {clip_s} is too short for the 'duration' family (two tones and a "
+                         f"gap need {DURATION_CLIP_S} s); give clip_s >= {DURATION_CLIP_S} or "
+                         "leave 'duration' out of families")
     train, train_counts = _split(out_dir, "train", n_train, random.Random(f"tones-train-{seed}"),
                                  families, clip_s)
     test, test_counts = _split(out_dir, "test", n_test, random.Random(f"tones-test-{seed}"),

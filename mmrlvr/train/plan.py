@@ -2,8 +2,9 @@
 
 Parameter counts are exact: the model's config (a local dir, the HF cache, or for a known hub id
 the published config.json dims in `BUILTIN`) is built on the meta device, as `Policy.load` builds
-it (Qwen2.5-Omni: its thinker), and counted by tower with Policy's freeze rules (`visual.*`,
-`audio_tower.*`; the rest is the language model). The rest is arithmetic. Bytes per GPU, with W
+it (Qwen2.5-Omni: its thinker), and counted by tower with the family's freeze rules
+(`mmrlvr.models`: Qwen-VL's `visual.*`, Gemma's `vision_tower.*`, `audio_tower.*`; the rest is
+the language model). The rest is arithmetic. Bytes per GPU, with W
 GPUs, c bytes per compute element (`model.dtype`; `auto` is bf16 on CUDA), p per
 `model.param_dtype` element, and "÷W" marking what FSDP2 shards:
 
@@ -48,7 +49,7 @@ from pathlib import Path
 
 from mmrlvr.config import Config, ConfigError
 from mmrlvr.rollout import resolve_backend
-from mmrlvr.train.plan_models import BUILTIN
+from mmrlvr import models
 
 GiB = 2 ** 30
 STRATEGIES = ("ddp", "fsdp2")
@@ -60,10 +61,9 @@ AUDIO_TOKENS = 750
 RUNTIME = 2 * GiB
 
 
-def _tower(name: str) -> str:           # Policy.load's freeze_vision / freeze_audio name rules
-    name = f".{name}"
-    return "vision tower" if ".visual." in name else \
-        "audio tower" if ".audio_tower." in name else "language model"
+BUILTIN: dict[str, dict] = {hub: spec for f in models.FAMILIES for hub, spec in f.published.items()}
+"""Published config.json dims of the families' releases (`Family.published`), so `mmrlvr plan`
+works offline for hub ids that are not on this machine."""
 
 
 def load_hf_config(path: str):
@@ -89,23 +89,12 @@ def load_hf_config(path: str):
 
 
 def meta_model(config):
-    """The model `Policy.load` builds from `config`, on the meta device: no memory, no weights."""
-    import torch
-    import transformers
-
-    if getattr(config, "model_type", "") == "qwen2_5_omni":     # full Omni: its text thinker
-        config = config.thinker_config
-    with torch.device("meta"):
-        try:
-            return transformers.AutoModelForImageTextToText.from_config(config)
-        except ValueError:
-            names = getattr(config, "architectures", None) or []
-            if config.model_type == "qwen2_5_omni_thinker":
-                names = ["Qwen2_5OmniThinkerForConditionalGeneration"]
-            cls = getattr(transformers, names[0], None) if names else None
-            if cls is None:
-                raise ConfigError(f"no image/audio-text model class for {type(config).__name__}")
-            return cls._from_config(config)
+    """The model `Policy.load` builds from `config` (its family's), on the meta device: no
+    memory, no weights."""
+    try:
+        return models.of_config(config).meta_model(config)
+    except models.FamilyError as err:
+        raise ConfigError(str(err)) from None
 
 
 @dataclass
@@ -124,6 +113,8 @@ class Dims:
     kv_dim: int                 # kv_heads · head_dim
     vocab: int
     encoders: dict[str, tuple[int, int, int]]   # tower -> (width, intermediate, depth)
+    image_tokens: int = 0       # tokens of one image at model.max_pixels (the family's geometry)
+    active: int = 0             # parameters a token runs through (MoE: top-k of the experts)
 
 
 def inspect_model(model, cfg: Config) -> Dims:
@@ -132,13 +123,16 @@ def inspect_model(model, cfg: Config) -> Dims:
     from mmrlvr.train.parallel import TOWER_NAMES, UNIT_SUFFIXES      # what fully_shard_model wraps
 
     mc, lora = cfg.model, cfg.model.lora.r > 0
+    family = models.of_model(model)
     frozen = {"vision tower": mc.freeze_vision, "audio tower": mc.freeze_audio}
     towers = {"language model": 0, "vision tower": 0, "audio tower": 0}
     units = [n for n, mod in model.named_modules() if n and (type(mod).__name__.endswith(
         UNIT_SUFFIXES) or n.rsplit(".", 1)[-1] in TOWER_NAMES)]
     owned = {u: [0, 0] for u in [*units, ""]}      # unit -> [parameters, trainable]; "" the root
+    experts = 0
     for name, p in model.named_parameters():       # tied weights count once, as in parameters()
-        tower, unit = _tower(name), max((u for u in units if name.startswith(u + ".")),
+        experts += p.numel() if ".experts." in f".{name}" else 0
+        tower, unit = family.tower_of(name), max((u for u in units if name.startswith(u + ".")),
                                         key=len, default="")        # its innermost unit
         towers[tower] += p.numel()
         owned[unit][0] += p.numel()
@@ -146,10 +140,11 @@ def inspect_model(model, cfg: Config) -> Dims:
     root = tuple(owned.pop(""))
     trainable = sum(t for _, t in owned.values()) + root[1]
     if lora:                    # peft: adapters on every Linear named like a target; base frozen
-        ends = tuple(f".{t}" for t in mc.lora.target_modules)
+        targets = family.lora_modules(mc.lora.target_modules)
+        ends = tuple(f".{t}" for t in targets)
         trainable = sum(mc.lora.r * (m.in_features + m.out_features)
                         for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)
-                        and (n in mc.lora.target_modules or n.endswith(ends)))
+                        and (n in targets or n.endswith(ends)))
         root, owned = (root[0], 0), {u: [n, 0] for u, (n, _) in owned.items()}
     total, tc = sum(towers.values()), model.config.get_text_config()
     encoders = {}
@@ -162,14 +157,23 @@ def inspect_model(model, cfg: Config) -> Dims:
         else:
             width = getattr(sub, "embed_dim", None) or sub.hidden_size
             inter = getattr(sub, "intermediate_size", None) or width * sub.mlp_ratio
-            encoders[tower] = (width, inter, sub.depth)
+            encoders[tower] = (width, inter, getattr(sub, "depth", None) or sub.num_hidden_layers)
     heads = tc.num_attention_heads
     head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // heads
     return Dims(towers={k: v for k, v in towers.items() if v}, total=total, trainable=trainable,
                 root=root, block=tuple(max(owned.values(), default=(0, 0))),
                 hidden=tc.hidden_size, inter=tc.intermediate_size, layers=tc.num_hidden_layers,
                 heads=heads, kv_dim=getattr(tc, "num_key_value_heads", heads) * head_dim,
-                vocab=tc.vocab_size, encoders=encoders)
+                vocab=tc.vocab_size, encoders=encoders,
+                image_tokens=family.tokens_per_image(model.config, mc.max_pixels),
+                active=total - round(experts * (1 - _top_k_share(tc))))
+
+
+def _top_k_share(text_config) -> float:
+    """The share of a MoE layer's experts one token runs through (1: a dense model)."""
+    n = getattr(text_config, "num_experts", None) or getattr(text_config, "num_local_experts", None)
+    k = getattr(text_config, "num_experts_per_tok", None)
+    return k / n if n and k else 1.0
 
 
 @dataclass
@@ -181,12 +185,8 @@ class Row:
     counted: bool = True        # False: shown beside its alternative, not in the totals
 
 
-def image_tokens(cfg: Config) -> int:
-    return cfg.model.max_pixels // (28 * 28)
-
-
-def prompt_tokens(cfg: Config) -> int:
-    return (AUDIO_TOKENS if cfg.model.modality == "audio" else image_tokens(cfg)) + TEXT_TOKENS
+def prompt_tokens(cfg: Config, d: Dims) -> int:
+    return (AUDIO_TOKENS if cfg.model.modality == "audio" else d.image_tokens) + TEXT_TOKENS
 
 
 def uses_reference(cfg: Config) -> bool:
@@ -204,7 +204,7 @@ def build_rows(d: Dims, cfg: Config, gpus: int, gpu_mem: float) -> list[Row]:
     m, ro, tr = cfg.model, cfg.rollout, cfg.train
     c, p = DTYPE_BYTES.get(m.dtype, 2), DTYPE_BYTES[m.param_dtype]    # `auto`: bf16 on CUDA
     W, T, N = gpus, d.trainable, d.total
-    P, C = prompt_tokens(cfg), ro.max_new_tokens
+    P, C = prompt_tokens(cfg, d), ro.max_new_tokens
     L = P + C
     cname, pname = ("bf16" if c == 2 else "fp32"), ("bf16" if p == 2 else "fp32")
     rows: list[Row] = []
@@ -248,7 +248,7 @@ def build_rows(d: Dims, cfg: Config, gpus: int, gpu_mem: float) -> list[Row]:
     for tower, (width, inter, depth) in d.encoders.items():
         if m.lora.r > 0 or (m.freeze_vision if tower == "vision tower" else m.freeze_audio):
             continue            # no gradient flows into the tower: it keeps nothing for backward
-        units = tr.micro_batch * (4 * image_tokens(cfg) if tower == "vision tower"
+        units = tr.micro_batch * (4 * d.image_tokens if tower == "vision tower"
                                   else 2 * AUDIO_TOKENS)        # patches before the 2x2 merge
         enc = _layer_bytes(width, width, inter, c)
         on, off = on + units * (depth * c * width + 2 * enc), off + units * (depth + 1) * enc
@@ -356,7 +356,8 @@ class Plan:
             return f"{' ' * indent}{name:<{64 - indent}}{cell(ddp)}{cell(fsdp2)}"
 
         out = [f"mmrlvr plan: {self.label}", f"  model      {m.path}",
-               f"  params     {d.total / 1e9:.3f} B: {towers}",
+               f"  params     {d.total / 1e9:.3f} B: {towers}"
+               + (f"; {d.active / 1e9:.3f} B active per token (MoE: top-k experts, all else counted)" if d.active < d.total else ""),
                f"  trainable  {d.trainable / 1e9:.3f} B ({what})",
                f"  GPUs       {self.gpus} x {self.gpu_mem:g} GiB", "",
                line("GiB per GPU", "ddp", "fsdp2", 2)]
@@ -419,7 +420,7 @@ def make_plan(cfg: Config, gpus: int | None = None, gpu_mem_gib: float | None = 
         source = f"model.path {cfg.model.path} is not built yet: {source} (sft.init, its start)"
     dims = inspect_model(meta_model(hf_config), cfg)
     media = (f"{AUDIO_TOKENS} audio (a 30 s clip)" if cfg.model.modality == "audio"
-             else f"{image_tokens(cfg)} image (one at model.max_pixels)")
+             else f"{dims.image_tokens} image (one at model.max_pixels)")
     compute = "bfloat16 (model.dtype auto: bf16 on CUDA)" if cfg.model.dtype == "auto" \
         else cfg.model.dtype
     held = "the frozen LoRA base in the compute dtype" if cfg.model.lora.r > 0 else \
@@ -427,7 +428,7 @@ def make_plan(cfg: Config, gpus: int | None = None, gpu_mem_gib: float | None = 
     notes = [source, *notes,
              f"compute {compute}; trainable weights, gradients and AdamW in "
              f"{cfg.model.param_dtype}; {held}",
-             f"prompt {prompt_tokens(cfg)} tokens = {media} + {TEXT_TOKENS} text, then "
+             f"prompt {prompt_tokens(cfg, dims)} tokens = {media} + {TEXT_TOKENS} text, then "
              f"rollout.max_new_tokens = {cfg.rollout.max_new_tokens}"]
     if uses_reference(cfg):
         notes.append("a reference model is held (algo.beta > 0 or a frozen pwsd teacher)")

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from mmrlvr.config import ModelConfig
 from mmrlvr.train.parallel import gathered, pick_device  # noqa: F401  (pick_device: public here too)
-from mmrlvr.core.types import ModalityAdapter, PromptBatch, select, to_device
+from mmrlvr.core.types import TYPE_KEYS, ModalityAdapter, PromptBatch, select, to_device
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -81,35 +81,44 @@ def load_processor(path: str) -> Any:
     return processor
 
 
-def load_model(path: str, dtype: torch.dtype, attn_implementation: str = "sdpa") -> torch.nn.Module:
-    """Load through `AutoModelForImageTextToText`, else the class the config's architectures name."""
-    import transformers
-
-    from mmrlvr.config import ConfigError, check_model_path, missing_model_message
+def load_family(path: str):
+    """The model family of `path`, from its config.json alone: an unsupported model is refused
+    here, before any weights load, naming the supported families."""
+    from mmrlvr import models
+    from mmrlvr.config import ConfigError, check_model_path
 
     try:
         check_model_path(path)
-    except ConfigError as err:
+        return models.resolve(path)
+    except (ConfigError, models.FamilyError) as err:
         raise PolicyError(str(err)) from None
+
+
+def load_model(path: str, dtype: torch.dtype, attn_implementation: str = "sdpa") -> torch.nn.Module:
+    """The model at `path` as its family loads it (an Omni checkpoint: its thinker)."""
+    family = load_family(path)
     try:
-        config = transformers.AutoConfig.from_pretrained(path)
+        return family.load(path, dtype=dtype, attn_implementation=attn_implementation)
     except (OSError, ValueError) as err:
+        from mmrlvr.config import missing_model_message
+
         if not Path(path).exists():      # a hub id, not cached, whose download failed
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise PolicyError(missing_model_message(path, f"download failed: {first}")) from None
-        raise PolicyError(f"cannot load a model config from {path}: {err}") from None
-    kwargs = {"dtype": dtype, "attn_implementation": attn_implementation}
+        raise PolicyError(f"cannot load the {family.name} model at {path}: {err}") from None
+
+
+def check_processor(family, processor: Any, path: str) -> None:
+    """The processor saved with `path` must feed its model: one error naming both otherwise."""
+    import transformers
+
+    from mmrlvr.models import FamilyError
+
+    config = family.unwrap_config(transformers.AutoConfig.from_pretrained(path))
     try:
-        return transformers.AutoModelForImageTextToText.from_pretrained(path, **kwargs)
-    except ValueError:
-        names = getattr(config, "architectures", None) or []
-        if getattr(config, "model_type", "") == "qwen2_5_omni":   # full Omni: train its text thinker
-            names = ["Qwen2_5OmniThinkerForConditionalGeneration"]
-        model_cls = getattr(transformers, names[0], None) if names else None
-        if model_cls is None:
-            raise PolicyError(f"{path}: no image/audio-text model class for config "
-                              f"{type(config).__name__} (architectures: {names})") from None
-        return model_cls.from_pretrained(path, **kwargs)
+        family.check_processor(processor, config)
+    except FamilyError as err:
+        raise PolicyError(f"{path}: {err} (processor {type(processor).__name__})") from None
 
 
 class Policy:
@@ -127,6 +136,8 @@ class Policy:
         """Set when FSDP2 shards the model: it then casts for the forward itself (no autocast),
         and media features are computed inside the model's forward (see mmrlvr.train.parallel)."""
         self.tokenizer = getattr(processor, "tokenizer", processor)
+        self.family = adapter.family_of(processor)
+        """The model family (`mmrlvr.models`): what is particular to this architecture."""
         self.eos_ids = self._eos_ids()
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.eos_ids[0]
@@ -139,18 +150,22 @@ class Policy:
         path = path or cfg.path
         if not path:
             raise PolicyError("model.path is empty: give a local model dir or hub id")
+        family = load_family(path)                  # before anything heavy loads
+        wants = "audio" if adapter.name == "audio" else "vision"
+        if family.modality != wants:
+            raise PolicyError(f"{path} is a {family.name} model, fed by the {family.modality} "
+                              f"modality, not {adapter.name}; set model.modality: {family.modality}")
         processor = load_processor(path)
+        check_processor(family, processor, path)
         compute, master = pick_dtype(cfg.dtype, device), DTYPES[cfg.param_dtype]
         # LoRA trains adapters only: the frozen base stays in the compute dtype
         model = load_model(path, compute if cfg.lora.r > 0 else master, cfg.attn_implementation)
-        if cfg.freeze_vision:
-            for name, p in model.named_parameters():
-                if ".visual." in f".{name}" or name.startswith("visual."):
-                    p.requires_grad_(False)
-        if cfg.freeze_audio:
-            for name, p in model.named_parameters():
-                if ".audio_tower." in f".{name}":
-                    p.requires_grad_(False)
+        frozen = {"vision tower"} if cfg.freeze_vision else set()
+        frozen |= {"audio tower"} if cfg.freeze_audio else set()
+        for name, p in model.named_parameters():
+            if family.tower_of(name) in frozen:
+                p.requires_grad_(False)
+        adapter.bind(family)
         if cfg.lora.r > 0:
             from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -159,7 +174,7 @@ class Policy:
             else:
                 model = get_peft_model(model, LoraConfig(
                     r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                    target_modules=cfg.lora.target_modules),
+                    target_modules=family.lora_modules(cfg.lora.target_modules)),
                     autocast_adapter_dtype=False)
             for p in model.parameters():            # adapters in the master dtype
                 if p.requires_grad:
@@ -178,7 +193,7 @@ class Policy:
         for value in (eos if isinstance(eos, list) else [eos]):
             if value is not None:
                 ids.append(int(value))
-        for tok in ("<|im_end|>", "<|endoftext|>"):
+        for tok in self.family.stop_tokens:
             tid = self.tokenizer.convert_tokens_to_ids(tok)
             if tid is not None and tid != self.tokenizer.unk_token_id and tid not in ids:
                 ids.append(int(tid))
@@ -299,10 +314,11 @@ class Policy:
         runs through the model once and its completions attend to that key/value cache; the
         gradients of the copies add up in it, as they would per copy. The same logprobs and
         gradients as whole rows (tests/test_policy.py), on about (P + C)/(P/G + C) fewer
-        tokens. Under FSDP2 or gradient checkpointing (no cache in a training forward) every
-        row runs whole.
+        tokens. Under FSDP2 or gradient checkpointing (no cache in a training forward), and for a
+        family whose cache cannot be repeated (`Family.repeatable_cache`), every row runs whole.
         """
-        if self.sharded or self._checkpointing() or completion_ids.shape[1] < 2:
+        if self.sharded or self._checkpointing() or completion_ids.shape[1] < 2 \
+                or not self.family.repeatable_cache:
             inputs, _ = select(prompts, prompt_rows)
             media = self.shared_media(prompts, prompt_rows, model)
             return self.completion_logprobs(inputs, completion_ids, completion_mask, temperature,
@@ -340,8 +356,9 @@ class Policy:
                 "attention_mask": full["attention_mask"][:, :P + C - 1]}
         if positions is not None:
             rest["position_ids"] = positions[..., P:P + C - 1]
-        if "mm_token_type_ids" in full:
-            rest["mm_token_type_ids"] = full["mm_token_type_ids"][:, P:P + C - 1]
+        for key in TYPE_KEYS:
+            if key in full:
+                rest[key] = full[key][:, P:P + C - 1]
         step = (model if model is not None else self.forward_model)(
             **rest, **{self._cache_kwarg(): cache}, use_cache=True,
             cache_position=torch.arange(P, P + C - 1, device=self.device))

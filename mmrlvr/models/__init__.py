@@ -1,0 +1,90 @@
+"""Layer 2: model families, found by the `model_type` of a model dir's own `config.json`.
+
+    family = models.resolve("runs/x/final")      # reads config.json only: no weights
+    family = models.of_model(model)              # the family of a loaded model
+    models.names()                               # every supported family
+
+An unsupported `model_type` is refused before any weights load, naming the supported families.
+One file per family line (`qwen_vl`, `gemma3`, `internvl` — these two on `tiled` —, `qwen_audio`); `mmrlvr.models.base.Family` says what
+a family answers.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mmrlvr.models.base import Family, FamilyError, VllmNames
+from mmrlvr.models.gemma3 import Gemma3
+from mmrlvr.models.internvl import InternVL
+from mmrlvr.models.qwen_audio import Qwen2Audio, Qwen3Omni, Qwen25Omni
+from mmrlvr.models.qwen_vl import Qwen2VL, Qwen3VL, Qwen3VLMoe, Qwen25VL, Qwen35
+
+FAMILIES: tuple[Family, ...] = (Qwen2VL(), Qwen25VL(), Qwen3VL(), Qwen3VLMoe(), Qwen35(), Gemma3(),
+                                InternVL(), Qwen2Audio(), Qwen25Omni(), Qwen3Omni())
+"""Every supported family, in the order the README's model table lists them."""
+
+_BY_TYPE = {t: f for f in FAMILIES for t in f.model_types + f.wrapper_types}
+
+
+def names() -> list[str]:
+    return [f.name for f in FAMILIES]
+
+
+def get(name: str) -> Family:
+    for f in FAMILIES:
+        if f.name == name:
+            return f
+    raise FamilyError(f"unknown model family {name!r}; supported: {', '.join(names())}")
+
+
+def supported() -> str:
+    """One line naming every family and the `model_type`s it trains."""
+    return "; ".join(f"{f.name} ({', '.join(f.model_types + f.wrapper_types)})" for f in FAMILIES)
+
+
+def of_type(model_type: str, where: str = "the model") -> Family:
+    if model_type not in _BY_TYPE:
+        raise FamilyError(f"{where}: model_type {model_type!r} is not a family mmrlvr trains. "
+                          f"Supported: {supported()}")
+    return _BY_TYPE[model_type]
+
+
+def of_config(config: Any, where: str = "the model") -> Family:
+    return of_type(getattr(config, "model_type", ""), where)
+
+
+def of_model(model: Any) -> Family:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return of_config(base.config, type(base).__name__)
+
+
+def of_processor(processor: Any) -> Family | None:
+    """The family a processor class belongs to, where it names one (None: unknown)."""
+    name = type(processor).__name__
+    for f in FAMILIES:
+        if name in f.processors:
+            return f
+    return None
+
+
+def resolve(path: str) -> Family:
+    """The family of the model at `path` from its `config.json` alone (a local dir, or a hub id in
+    the local HF cache); FamilyError before any weights load when no family serves it."""
+    from mmrlvr.config.model_defaults import model_file
+
+    file = model_file(path, "config.json")
+    if file is None:
+        raise FamilyError(f"{path}: no config.json (not a model dir, and not in the HF cache)")
+    try:
+        data = json.loads(Path(file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise FamilyError(f"{file}: cannot read the model's config.json ({err})") from None
+    model_type = data.get("model_type") if isinstance(data, dict) else None
+    if not model_type:
+        raise FamilyError(f"{file} names no model_type; it is not a transformers model config")
+    return of_type(model_type, str(file))
+
+
+__all__ = ["FAMILIES", "Family", "FamilyError", "VllmNames", "get", "names", "of_config",
+           "of_model", "of_processor", "of_type", "resolve", "supported"]

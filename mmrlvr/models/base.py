@@ -1,0 +1,159 @@
+"""What a model family is: everything about one architecture that the core and the adapters ask.
+
+A family answers from the model dir's own `config.json` and processor, never from `mmrlvr tiny`'s
+conventions, so a checkpoint made elsewhere works. The core never tests a `model_type`: it asks
+the family for the class to load, the towers to freeze, the FSDP2 units, the LoRA targets, the
+vLLM weight names and the planner's dims; the adapters ask it for the processor's geometry, the
+placeholder tokens, how media tensors split per sample, the position ids and the media features.
+A new family is one file here (a subclass registered in `mmrlvr.models`), its tiny builder and
+its tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+
+class FamilyError(ValueError):
+    """A model dir no family serves, or a processor that does not match its model."""
+
+
+@dataclass(frozen=True)
+class VllmNames:
+    """How one family's transformers-5 parameter names become its checkpoint names (vLLM's)."""
+
+    renames: tuple[tuple[str, str], ...]
+    """(transformers-5 prefix, checkpoint prefix), first match wins."""
+    roots: tuple[str, ...]
+    """Every checkpoint name starts with one of these."""
+    media: str
+    """The `multi_modal_data` key of its prompts (vLLM's `limit_mm_per_prompt` modality)."""
+
+
+def text_config(config: Any) -> Any:
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+class Family:
+    """One architecture line. Subclasses set the class attributes and override the hooks whose
+    default does not fit; the defaults are those of a Qwen-style decoder with 1-D positions."""
+
+    name: ClassVar[str] = ""
+    """The family's name (`mmrlvr tiny NAME`, the README's model table)."""
+    model_types: ClassVar[tuple[str, ...]] = ()
+    """`config.json` `model_type` values this family trains."""
+    wrapper_types: ClassVar[tuple[str, ...]] = ()
+    """`model_type`s of full checkpoints whose part this family trains (an Omni model's thinker)."""
+    classes: ClassVar[tuple[str, ...]] = ()
+    """transformers classes, the first one this transformers has is loaded."""
+    modality: ClassVar[str] = "vision"
+    """The adapter that feeds it (`modalities.get`)."""
+    image_token: ClassVar[str | None] = None
+    video_token: ClassVar[str | None] = None
+    audio_token: ClassVar[str | None] = None
+    image_marker: ClassVar[str | None] = None
+    """What the chat template writes for one image (the processor expands it); default
+    `image_token`."""
+    placeholder_tokens: ClassVar[tuple[str, ...]] = ()
+    """Tokens that stand for media: never sampled, scrubbed from completions."""
+    stop_tokens: ClassVar[tuple[str, ...]] = ("<|im_end|>", "<|endoftext|>")
+    """Tokens that end a completion besides the generation config's eos."""
+    vision_towers: ClassVar[tuple[str, ...]] = ()
+    """Module names (a path part) of the vision encoder: frozen by `model.freeze_vision`."""
+    audio_towers: ClassVar[tuple[str, ...]] = ()
+    """Module names of the audio encoder: frozen by `model.freeze_audio`."""
+    unit_classes: ClassVar[tuple[str, ...]] = ()
+    """Class names that become one FSDP2 unit each (decoder layers, encoder blocks)."""
+    lora_targets: ClassVar[tuple[str, ...]] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    """What `model.lora.target_modules: [auto]` adapts (the language model's attention)."""
+
+    def lora_modules(self, configured: list[str]) -> list[str]:
+        """`model.lora.target_modules` with `auto` replaced by this family's targets."""
+        return list(self.lora_targets) if list(configured) == ["auto"] else list(configured)
+    vllm: ClassVar[VllmNames | None] = None
+    """Weight names for the vLLM backend; None: vLLM rollouts are not supported."""
+    published: ClassVar[dict[str, dict]] = {}
+    """Hub id -> its published config.json dims, so `mmrlvr plan` works offline."""
+    tiny: ClassVar[str | None] = None
+    """The `mmrlvr tiny` kind of this family, if it has one."""
+    repeatable_cache: ClassVar[bool] = True
+    """A prompt's KV cache can be repeated for its G completions (one prefill per prompt); not
+    for linear-attention layers (Qwen3.5's Gated DeltaNet), whose state transformers cannot repeat."""
+    moe: ClassVar[bool] = False
+    """A mixture-of-experts text model (router loss, total vs active parameters)."""
+    processors: ClassVar[tuple[str, ...]] = ()
+    """Processor class names of this family (to find the family of a processor alone)."""
+
+    def __repr__(self) -> str:
+        return f"<family {self.name}>"
+
+    # ---------------------------------------------------------------- loading
+    def unwrap_config(self, config: Any) -> Any:
+        """The config of the part trained (default: the whole model)."""
+        return config
+
+    def model_class(self) -> type:
+        import transformers
+
+        for name in self.classes:
+            cls = getattr(transformers, name, None)
+            if cls is not None:
+                return cls
+        raise FamilyError(f"family {self.name}: this transformers ({transformers.__version__}) has "
+                          f"none of {list(self.classes)}; upgrade transformers")
+
+    def load(self, path: str, **kwargs: Any) -> torch.nn.Module:
+        return self.model_class().from_pretrained(path, **kwargs)
+
+    def meta_model(self, config: Any) -> torch.nn.Module:
+        """The model `load` builds, on the meta device (no memory, no weights)."""
+        with torch.device("meta"):
+            return self.model_class()._from_config(self.unwrap_config(config))
+
+    def tower_of(self, name: str) -> str:
+        """'vision tower', 'audio tower' or 'language model' for a parameter name."""
+        parts = set(name.split("."))
+        if parts & set(self.vision_towers):
+            return "vision tower"
+        if parts & set(self.audio_towers):
+            return "audio tower"
+        return "language model"
+
+    def check_processor(self, processor: Any, config: Any) -> None:
+        """Raise FamilyError naming both when `processor` cannot feed a model of `config`."""
+        tokenizer = getattr(processor, "tokenizer", processor)
+        for attr, token in (("image_token_id", self.image_token), ("audio_token_id", self.audio_token)):
+            want = _token_id(config, attr)
+            if token is None or want is None:
+                continue
+            have = tokenizer.convert_tokens_to_ids(token)
+            if have != want:
+                raise FamilyError(
+                    f"the processor does not match the model: its tokenizer gives {token} the id "
+                    f"{have}, the {self.name} model's config.json expects {attr} {want}; save the "
+                    "processor of this checkpoint with it (processor.save_pretrained(dir))")
+
+    def tokens_per_image(self, config: Any, max_pixels: int) -> int:
+        """Tokens one image of `max_pixels` pixels makes (0: the family takes no images)."""
+        return 0
+
+    # ---------------------------------------------------------------- forward
+    def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
+                     ) -> torch.Tensor | None:
+        """Position ids of a training forward, as `generate` computes them: here 1-D over the
+        real tokens only (`cumsum - 1`), so a left-padded row sees the positions it has alone."""
+        mask = inputs["attention_mask"]
+        return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _token_id(config: Any, attr: str) -> int | None:
+    for c in (config, getattr(config, "thinker_config", None)):
+        if c is None:
+            continue
+        for name in (attr, attr.replace("_id", "_index")):
+            value = getattr(c, name, None)
+            if isinstance(value, int):
+                return value
+    return None

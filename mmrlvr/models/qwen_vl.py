@@ -1,0 +1,254 @@
+"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE: dynamic-resolution vision, 3-D M-RoPE.
+
+Geometry: an image is resized (qwen-vl-utils' `fetch_image`) to sides that are multiples of
+patch × merge — 14 × 2 = 28 px for Qwen2/2.5-VL, 16 × 2 = 32 px for Qwen3-VL — within the pixel
+bounds, and the processor runs with `do_resize=False`. `pixel_values` is a flat block of patches
+per image (`image_grid_thw` rows), so a sample's images are cut out whole; an image gives
+t·h·w / merge² tokens.
+
+Positions: `get_rope_index` from ids, `mm_token_type_ids` and the grids over the attention mask
+(computed here even for text-only batches, so a left-padded row sees the positions it has alone).
+Qwen3-VL interleaves the M-RoPE frequencies itself (`mrope_interleaved` in its text config) and
+injects DeepStack features of chosen vision layers into the first decoder layers: shared media
+features carry those per image as well.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mmrlvr.models.base import Family, VllmNames
+
+
+class QwenVL(Family):
+    modality = "vision"
+    image_token = "<|image_pad|>"
+    video_token = "<|video_pad|>"
+    placeholder_tokens = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>",
+                          "<|vision_pad|>")
+    vision_towers = ("visual",)
+    unit_classes = ("DecoderLayer", "VisionBlock")
+    media_keys = ("pixel_values", "image_grid_thw")
+    image_key = "image_grid_thw"
+    """The media key whose `media_rows` range counts images (pixel_values counts patches)."""
+    default_patch = 14
+
+    # ---------------------------------------------------------------- processor side
+    def patch_size(self, processor: Any) -> int:
+        """The processor's patch side (no processor: the family's)."""
+        return int(getattr(getattr(processor, "image_processor", None), "patch_size", None)
+                   or self.default_patch)
+
+    def merge_size(self, processor: Any) -> int:
+        return int(getattr(getattr(processor, "image_processor", None), "merge_size", None) or 2)
+
+    def resize(self, image: Any, processor: Any, min_pixels: int, max_pixels: int) -> Any:
+        """The image at sides that are multiples of patch × merge, within the pixel bounds."""
+        from qwen_vl_utils import fetch_image
+
+        return fetch_image({"image": image, "min_pixels": min_pixels, "max_pixels": max_pixels},
+                           image_patch_size=self.patch_size(processor))
+
+    processor_kwargs = {"do_resize": False}
+
+    def processor_images(self, per_sample: list[list[Any]]) -> list[Any] | None:
+        """The `images` argument of the processor call: one flat list for the batch."""
+        flat = [img for imgs in per_sample for img in imgs]
+        return flat or None
+
+    def media_rows(self, inputs: dict[str, torch.Tensor], per_sample: list[int],
+                   processor: Any = None) -> list[dict]:
+        rows, img, patch = [], 0, 0
+        grid = inputs.get("image_grid_thw")
+        for n in per_sample:
+            if n == 0:
+                rows.append({})
+                continue
+            patches = int(grid[img:img + n].prod(dim=1).sum())
+            rows.append({"image_grid_thw": (img, img + n), "pixel_values": (patch, patch + patches)})
+            img, patch = img + n, patch + patches
+        return rows
+
+    def image_features(self, inputs: dict[str, torch.Tensor], row: dict, processor: Any) -> int:
+        """How many image tokens the images of one sample (its `media_rows` entry) make."""
+        if not row:
+            return 0
+        start, stop = row["image_grid_thw"]
+        return int(inputs["image_grid_thw"][start:stop].prod(dim=1).sum()) // self.merge_size(processor) ** 2
+
+    def check_processor(self, processor: Any, config: Any) -> None:
+        super().check_processor(processor, config)
+        vision = getattr(config, "vision_config", None)
+        want = getattr(vision, "patch_size", None)
+        have = self.patch_size(processor)
+        if want is not None and have != want:
+            from mmrlvr.models.base import FamilyError
+
+            raise FamilyError(f"the processor does not match the model: its image processor cuts "
+                              f"{have}-pixel patches, the {self.name} model's vision tower takes "
+                              f"{want}-pixel ones (vision_config.patch_size); load the processor "
+                              "saved with this checkpoint")
+
+    def tokens_per_image(self, config: Any, max_pixels: int) -> int:
+        vision = getattr(config, "vision_config", None)
+        side = getattr(vision, "patch_size", self.default_patch) * getattr(vision, "spatial_merge_size", 2)
+        return max_pixels // side ** 2
+
+    # ---------------------------------------------------------------- model side
+    def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """M-RoPE positions [3, N, T] from the attention mask, as `generate` computes them."""
+        positions, _ = model.model.get_rope_index(
+            inputs["input_ids"], mm_token_type_ids=inputs["mm_token_type_ids"],
+            image_grid_thw=inputs.get("image_grid_thw"), attention_mask=inputs["attention_mask"])
+        return positions
+
+    def encode_images(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor],
+                      device: torch.device, dtype: torch.dtype) -> Any:
+        """The vision tower's output for every image of `inputs` (pooler_output: one per image)."""
+        return model.model.get_image_features(inputs["pixel_values"].to(device, dtype),
+                                              inputs["image_grid_thw"].to(device), return_dict=True)
+
+    def shared_media(self, encoded: Any, images_of: list[tuple[int, int]]) -> dict[str, Any]:
+        """Forward kwargs carrying `encoded`'s features of images `images_of` (a [start, stop)
+        range of images per row, in row order)."""
+        from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+        per_image = encoded.pooler_output
+        ordered = [per_image[k] for a, b in images_of for k in range(a, b)]
+        return {"mm_encoder_outputs": {"image": BaseModelOutputWithPooling(pooler_output=ordered)}}
+
+
+_QWEN2_VL_NAMES = VllmNames(
+    renames=(("model.language_model.", "model."), ("model.visual.", "visual.")),
+    roots=("model.", "visual.", "lm_head."), media="image")
+
+
+def _text(h, i, layers, heads, kv, vocab, tied) -> dict:
+    return dict(hidden_size=h, intermediate_size=i, num_hidden_layers=layers, vocab_size=vocab,
+                num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=tied)
+
+
+def _vl(model_type: str, text: dict, vision: dict) -> dict:
+    return dict(model_type=model_type, text_config=text, vision_config=vision,
+                tie_word_embeddings=text["tie_word_embeddings"])
+
+
+def _qwen25_vision(out: int, inter: int = 3420) -> dict:
+    return dict(depth=32, hidden_size=1280, intermediate_size=inter, num_heads=16, in_channels=3,
+                out_hidden_size=out, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+
+
+def _qwen2_vl(text: dict) -> dict:
+    return _vl("qwen2_vl", text, dict(depth=32, embed_dim=1280, mlp_ratio=4, num_heads=16,
+                                      hidden_size=text["hidden_size"], in_channels=3, patch_size=14,
+                                      spatial_merge_size=2, temporal_patch_size=2))
+
+
+class Qwen2VL(QwenVL):
+    name = "qwen2-vl"
+    model_types = ("qwen2_vl",)
+    classes = ("Qwen2VLForConditionalGeneration",)
+    processors = ("Qwen2VLProcessor",)
+    tiny = "qwen2-vl"
+    vllm = _QWEN2_VL_NAMES
+    published = {
+        "Qwen/Qwen2-VL-2B-Instruct": _qwen2_vl(_text(1536, 8960, 28, 12, 2, 151936, True)),
+        "Qwen/Qwen2-VL-7B-Instruct": _qwen2_vl(_text(3584, 18944, 28, 28, 4, 152064, False)),
+    }
+
+
+class Qwen25VL(QwenVL):
+    name = "qwen2.5-vl"
+    model_types = ("qwen2_5_vl",)
+    classes = ("Qwen2_5_VLForConditionalGeneration",)
+    processors = ("Qwen2_5_VLProcessor",)
+    tiny = "qwen2.5-vl"
+    vllm = _QWEN2_VL_NAMES
+    published = {
+        "Qwen/Qwen2.5-VL-3B-Instruct": _vl("qwen2_5_vl", _text(2048, 11008, 36, 16, 2, 151936, True),
+                                           _qwen25_vision(2048)),
+        "Qwen/Qwen2.5-VL-7B-Instruct": _vl("qwen2_5_vl", _text(3584, 18944, 28, 28, 4, 152064, False),
+                                           _qwen25_vision(3584)),
+        "Qwen/Qwen2.5-VL-32B-Instruct": _vl("qwen2_5_vl", _text(5120, 27648, 64, 40, 8, 152064, False),
+                                            _qwen25_vision(5120, 3456)),
+        "Qwen/Qwen2.5-VL-72B-Instruct": _vl("qwen2_5_vl", _text(8192, 29568, 80, 64, 8, 152064, False),
+                                            _qwen25_vision(8192, 3456)),
+    }
+
+
+def _qwen3_vision(out: int, depth: int = 27, width: int = 1152, inter: int = 4304,
+                  deepstack: tuple[int, ...] = (8, 16, 24)) -> dict:
+    return dict(depth=depth, hidden_size=width, intermediate_size=inter, num_heads=16,
+                in_channels=3, out_hidden_size=out, patch_size=16, spatial_merge_size=2,
+                temporal_patch_size=2, num_position_embeddings=2304,
+                deepstack_visual_indexes=list(deepstack))
+
+
+def _qwen3_text(h, i, layers, heads, kv, vocab, tied, **extra) -> dict:
+    return dict(_text(h, i, layers, heads, kv, vocab, tied), head_dim=128,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000,
+                                 "mrope_section": [24, 20, 20], "mrope_interleaved": True},
+                **extra)
+
+
+class Qwen3VL(QwenVL):
+    """Qwen3-VL: 16-pixel patches, interleaved M-RoPE, DeepStack features."""
+
+    name = "qwen3-vl"
+    model_types = ("qwen3_vl",)
+    classes = ("Qwen3VLForConditionalGeneration",)
+    processors = ("Qwen3VLProcessor",)
+    tiny = "qwen3-vl"
+    default_patch = 16
+    published = {
+        "Qwen/Qwen3-VL-2B-Instruct": _vl("qwen3_vl", _qwen3_text(2048, 6144, 28, 16, 8, 151936, True),
+                                         _qwen3_vision(2048, 24, 1024, 4096, (5, 11, 17))),
+        "Qwen/Qwen3-VL-4B-Instruct": _vl("qwen3_vl", _qwen3_text(2560, 9728, 36, 32, 8, 151936, True),
+                                         _qwen3_vision(2560, 24, 1024, 4096, (5, 11, 17))),
+        "Qwen/Qwen3-VL-8B-Instruct": _vl("qwen3_vl", _qwen3_text(4096, 12288, 36, 32, 8, 151936, False),
+                                         _qwen3_vision(4096)),
+        "Qwen/Qwen3-VL-32B-Instruct": _vl("qwen3_vl", _qwen3_text(5120, 25600, 64, 64, 8, 151936, False),
+                                          _qwen3_vision(5120)),
+    }
+
+    def shared_media(self, encoded: Any, images_of: list[tuple[int, int]]) -> dict[str, Any]:
+        """Qwen3-VL's media kwargs: the merged features and, per DeepStack layer, the same
+        images' features of that layer, in the same order."""
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
+
+        pick = lambda per_image: [per_image[k] for a, b in images_of for k in range(a, b)]  # noqa: E731
+        return {"mm_encoder_outputs": {"image": BaseModelOutputWithDeepstackFeatures(
+            pooler_output=pick(encoded.pooler_output),
+            deepstack_features=[pick(layer) for layer in encoded.deepstack_features])}}
+
+
+class Qwen3VLMoe(Qwen3VL):
+    name = "qwen3-vl-moe"
+    model_types = ("qwen3_vl_moe",)
+    classes = ("Qwen3VLMoeForConditionalGeneration",)
+    processors = ()
+    tiny = "qwen3-vl-moe"
+    moe = True
+    unit_classes = ("DecoderLayer", "VisionBlock")
+    published = {
+        "Qwen/Qwen3-VL-30B-A3B-Instruct": _vl(
+            "qwen3_vl_moe", _qwen3_text(2048, 6144, 48, 32, 4, 151936, False, num_experts=128,
+                                        num_experts_per_tok=8, moe_intermediate_size=768,
+                                        decoder_sparse_step=1),
+            _qwen3_vision(2048)),
+    }
+
+
+class Qwen35(QwenVL):
+    """Qwen3.5 (natively multimodal): Qwen3-VL's vision (16-pixel patches, no DeepStack) on a
+    hybrid text model (Gated DeltaNet linear-attention layers between full-attention ones)."""
+
+    name = "qwen3.5"
+    model_types = ("qwen3_5",)
+    classes = ("Qwen3_5ForConditionalGeneration",)
+    processors = ()
+    tiny = "qwen3.5"
+    default_patch = 16
+    repeatable_cache = False
+    lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj")

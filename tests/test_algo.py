@@ -318,3 +318,33 @@ def test_zero_spread_group_has_exactly_zero_advantage_despite_rounding():
         adv = group_advantages(rewards, kind)
         assert torch.equal(adv[0], torch.zeros(8))
         assert (adv[1] != 0).all()
+
+
+def test_gspo_sequence_ratio_has_gspo_value_and_gradient():
+    """ratio 'sequence' with loss_agg 'seq': the loss is GSPO's −mean_i min(s_i·A_i, clip(s_i)·A_i)
+    with s_i = exp(mean_t (logp − old)), and its gradient is GSPO's (computed here through s_i
+    itself, not through the GSPO-token form)."""
+    from mmrlvr.algo.loss import grpo_loss
+
+    torch.manual_seed(0)
+    old = torch.randn(3, 5) * 0.1 - 1.0
+    base = old + torch.randn(3, 5) * 0.002
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
+    adv = torch.tensor([1.0, -0.5, 2.0])
+    lo, hi = 3e-4, 4e-4
+    a = base.clone().requires_grad_(True)
+    loss, _ = grpo_loss(a, old, adv, mask, clip_low=lo, clip_high=hi, loss_agg="seq",
+                        ratio="sequence")
+    loss.backward()
+    b = base.clone().requires_grad_(True)
+    m = mask.float()
+    s = torch.exp(((b - old) * m).sum(1) / m.sum(1))                          # [N]
+    want = -torch.minimum(s * adv, torch.clamp(s, 1 - lo, 1 + hi) * adv).mean()
+    want.backward()
+    torch.testing.assert_close(loss, want)
+    torch.testing.assert_close(a.grad * m, b.grad * m)
+    assert (a.grad * m).abs().sum() > 0          # some sequences inside the bounds carry gradient
+    far = old + torch.randn(3, 5) * 0.3          # where token ratios spread, the objectives differ
+    token, _ = grpo_loss(far, old, adv, mask, loss_agg="seq")
+    seq, _ = grpo_loss(far, old, adv, mask, loss_agg="seq", ratio="sequence")
+    assert abs(float(token - seq)) > 1e-3

@@ -262,3 +262,16 @@ def test_an_image_below_the_minimum_is_resized_up_with_a_counted_warning(tiny_di
     assert policy.adapter.upscaled == 1                 # the same file, resized once (cached)
     grid = batch.inputs["image_grid_thw"]
     assert int(grid[0].prod()) * 16 * 16 >= policy.adapter.min_pixels   # 16-pixel patches
+
+
+@pytest.mark.slow
+def test_gspo_trains_a_moe_family(tiny_dirs, shapes_dir, tmp_path):
+    """`algo.ratio: sequence` (GSPO, the MoE recipes' choice) end to end on the tiny Qwen3-VL-MoE,
+    with 2 PPO epochs so the second sees ratios away from 1."""
+    path = _run_config(tmp_path, tiny_dirs("qwen3-vl-moe"), shapes_dir, "gspo")
+    cfg = load_config(path, ["algo.ratio=sequence", "algo.loss_agg=seq", "algo.ppo_epochs=2",
+                             "algo.clip_low=3e-4", "algo.clip_high=4e-4", "data.eval="])
+    train(cfg, progress=False)
+    rows = read_metrics(tmp_path / "gspo" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(torch.isfinite(torch.tensor(r["loss/policy"])) for r in rows)

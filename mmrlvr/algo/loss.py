@@ -2,6 +2,10 @@
 
 Per token t of completion i, with ratio ρ = exp(logp_new − logp_old):
     L_it = −min(ρ·A_i, clip(ρ, 1−ε_low, 1+ε_high)·A_i) + β·KL_it
+`ratio: sequence` (GSPO, in its GSPO-token form): the ratio is the sequence's length-normalised
+likelihood ratio s_i = exp(Σ_t M_it·(logp_new − logp_old) / Σ_t M_it), carried per token as
+s_it = sg(s_i)·π_new(y_t)/sg(π_new(y_t)): its value is s_i and its gradient that of GSPO's (with
+`loss_agg: seq`, exactly; GSPO clips with bounds of order 1e-3, not PPO's 0.2).
 Aggregation over the mask M (completion tokens):
     token:        Σ_it L_it·M_it / Σ_it M_it
     seq:          mean_i( Σ_t L_it·M_it / Σ_t M_it )
@@ -48,16 +52,33 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str = "token",
     raise ValueError(f"unknown loss aggregation {mode!r}; use 'token', 'seq' or 'seq-sum-norm'")
 
 
+def sequence_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO-token's ratio [N, T]: the value of s_i = exp(mean_t M·(logp − old_logp)) on every
+    token of completion i, the gradient of π_new(y_t)/sg(π_new(y_t)) times s_i."""
+    m = mask.to(logp.dtype)
+    log_s = ((logp - old_logp) * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)     # [N]
+    return torch.exp(logp - logp.detach() + log_s.detach().unsqueeze(1))         # [N, T]
+
+
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                      clip_low: float | torch.Tensor = 0.2, clip_high: float | torch.Tensor = 0.28
+                      clip_low: float | torch.Tensor = 0.2, clip_high: float | torch.Tensor = 0.28,
+                      ratio: str = "token", mask: torch.Tensor | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO loss (to minimise) and a clipped-token indicator.
 
     logp, old_logp: [N, T]; advantages: [N] (one per completion, broadcast over its tokens) or
-    [N, T] (per token); clip bounds: numbers or [N, 1] (per completion). Returns ([N, T], [N, T]).
+    [N, T] (per token); clip bounds: numbers or [N, 1] (per completion); `ratio` `token` (PPO)
+    or `sequence` (GSPO, needs `mask` [N, T]). Returns ([N, T], [N, T]).
     """
     adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages   # [N, 1] or [N, T]
-    ratio = torch.exp(logp - old_logp)                             # [N, T]
+    if ratio == "token":
+        ratio = torch.exp(logp - old_logp)                         # [N, T]
+    elif ratio == "sequence":
+        if mask is None:
+            raise ValueError("ratio 'sequence' needs the completion mask")
+        ratio = sequence_ratio(logp, old_logp, mask)               # [N, T]
+    else:
+        raise ValueError(f"unknown ratio {ratio!r}; use 'token' or 'sequence'")
     unclipped = ratio * adv                                        # [N, T]
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
     loss = -torch.minimum(unclipped, clipped)                      # [N, T]
@@ -70,17 +91,19 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
               clip_high: float | torch.Tensor = 0.28, token_weights: torch.Tensor | None = None,
               loss_agg: str = "token", norm_len: int | None = None, beta: float = 0.0,
               ref_logp: torch.Tensor | None = None, kl_estimator: str = "k3",
-              total_tokens: float | None = None, total_seqs: int | None = None
-              ) -> tuple[torch.Tensor, dict[str, float]]:
+              total_tokens: float | None = None, total_seqs: int | None = None,
+              ratio: str = "token") -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO loss over one micro-batch and its diagnostics (clip fraction, KL).
 
     logp/old_logp/ref_logp/mask: [N, T]; advantages: [N] or [N, T] (token-level credit,
     `mmrlvr.algo.shaping`); clip bounds numbers or [N, 1]. `token_weights` [N, T] scale each
     token's surrogate term (not its KL) and leave the normaliser alone, so a weight of 0 removes
     a token's policy gradient and nothing else. With `total_tokens`/`total_seqs` of the whole
-    batch, micro-batch losses sum to the whole-batch loss (gradient accumulation).
+    batch, micro-batch losses sum to the whole-batch loss (gradient accumulation). `ratio`:
+    `token` (PPO's per-token ratio) or `sequence` (GSPO).
     """
-    per_token, was_clipped = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high)
+    per_token, was_clipped = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high,
+                                               ratio, mask)
     if token_weights is not None:
         per_token = per_token * token_weights                     # [N, T]
     stats: dict[str, float] = {}

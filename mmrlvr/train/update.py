@@ -98,7 +98,7 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
                     logp, old_lp, mask=m, **shaped, loss_agg=cfg.algo.loss_agg,
                     norm_len=cfg.algo.norm_len or cfg.rollout.max_new_tokens, beta=cfg.algo.beta,
                     ref_logp=ref_lp, kl_estimator=cfg.algo.kl_estimator,
-                    total_tokens=total_tokens, total_seqs=total_seqs)
+                    total_tokens=total_tokens, total_seqs=total_seqs, ratio=cfg.algo.ratio)
                 (loss * d.world).backward()
             if not cause and not torch.isfinite(loss.detach()):
                 cause = f"non-finite loss (epoch {epoch + 1}, micro-batch {k + 1})"

@@ -9,5 +9,11 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
     || echo "[test] chromium could not be installed; the browser test will skip"
 fi
+# The HTML-patch renderer's tests draw with Liberation Sans and DejaVu Sans (Debian's fonts).
+if ! fc-list 2>/dev/null | grep -qi "Liberation Sans" && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "[test] installing Debian's fonts-liberation and fonts-dejavu-core for the renderer tests"
+  (apt-get update -qq && apt-get install -y -qq fonts-liberation fonts-dejavu-core >/dev/null) \
+    || echo "[test] the fonts could not be installed; the renderer tests will fail"
+fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 exec .venv/bin/python -m pytest tests "$@"

@@ -275,3 +275,39 @@ def test_gspo_trains_a_moe_family(tiny_dirs, shapes_dir, tmp_path):
     rows = read_metrics(tmp_path / "gspo" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     assert all(torch.isfinite(torch.tensor(r["loss/policy"])) for r in rows)
+
+
+def _grad_names(policy, loss) -> set[str]:
+    policy.model.zero_grad(set_to_none=True)
+    loss.backward()
+    return {n for n, p in policy.model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("kind", VISION + AUDIO)
+def test_tower_zero_reaches_what_real_media_reach_and_counts_nothing(kind, tiny_dirs, mixed,
+                                                                   tones_dir):
+    """What FSDP2 runs on a rank without media (`Family.tower_zero`): exactly 0, with a gradient
+    (of zeros) on every tower weight that real media give a gradient, so the tower units'
+    reduce-scatters match the ranks that had media."""
+    from mmrlvr.data import load_dataset
+
+    family = models.get(kind)
+    policy = _policy(tiny_dirs(kind), family.modality)
+    cpu = torch.device("cpu")
+    if family.modality == "audio":
+        batch = policy.adapter.encode(load_dataset(str(tones_dir / "test.jsonl"))[:1], policy.processor)
+        real = sum(c.sum() for c in family.encode_audio(
+            policy.model, batch.inputs["input_features"], batch.inputs["feature_attention_mask"]))
+    else:
+        batch = policy.adapter.encode(mixed[1:2], policy.processor)
+        out = family.encode_images(policy.model, batch.inputs, cpu, policy.dtype)
+        parts = list(out.pooler_output)
+        for layer in getattr(out, "deepstack_features", None) or ():
+            parts.extend(layer)
+        real = sum(p.sum() for p in parts)
+    reached = _grad_names(policy, real)
+    zero = family.tower_zero(policy.model, cpu)
+    assert float(zero) == 0.0
+    assert _grad_names(policy, zero) == reached and reached
+    assert all(float(p.grad.abs().max()) == 0.0 for n, p in policy.model.named_parameters()
+               if n in reached)

@@ -160,8 +160,10 @@ def assert_same_update(one: dict, two: dict) -> None:
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-7)
     assert one["grads"].keys() == two["grads"].keys() and len(one["grads"]) > 20
     for name, g in one["grads"].items():
-        # summed over ranks with the global token count: the whole batch's gradient
-        torch.testing.assert_close(two["grads"][name], g, rtol=1e-4, atol=1e-6, msg=name)
+        # summed over ranks with the global token count: the whole batch's gradient; fp32 sums
+        # in another order differ by ~1e-7 of their largest term (Gemma's projector: 1e3)
+        atol = max(1e-6, 1e-6 * float(g.abs().max()))
+        torch.testing.assert_close(two["grads"][name], g, rtol=1e-4, atol=atol, msg=name)
     for name, w in one["after"].items():
         # Adam's first step is about lr·sign(g): compare where the gradient is not ~0
         clear = one["grads"][name].abs() > 1e-5
@@ -205,6 +207,33 @@ def test_a_rank_with_only_text_prompts_keeps_step_with_an_image_rank(tmp_path, t
                120, env=e)
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
     assert (two["world"], two["strategy"]) == (2, strategy)
+    assert torch.equal(one["rewards"], two["rewards"])
+    assert_same_update(one, two)
+
+
+@pytest.mark.parametrize("kind", ["qwen3-vl-moe", "gemma3"])
+def test_fsdp2_on_new_families_with_a_text_only_rank_makes_one_process_update(
+        tmp_path_factory, tmp_path, shapes_dir, kind):
+    """A MoE family (its expert blocks units of their own, inside their layers; DeepStack mergers
+    in the tower) and a tiled one (Gemma's SigLIP tower and projector): rank 1's prompt is
+    text-only, so it runs their towers on the family's dummy input. Same update as 1 process."""
+    from mmrlvr.tiny import build_tiny
+    from tests.test_text_only import write_rows
+
+    model = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
+    data = write_rows(tmp_path, shapes_dir, ["image", "text"])   # mp_worker: rank r gets row r
+    sections = dict(data={"train": str(data), "eval": "", "allow_outside": True},
+                    train={"strategy": "fsdp2", "batch_prompts": 2, "steps": 1},
+                    optim={"max_grad_norm": 0.0})
+    cfg = write_config(tmp_path, model, shapes_dir, "one", **sections)
+    two_cfg = write_config(tmp_path, model, shapes_dir, "two", **sections)
+    e = env(MMRLVR_TRACE=str(tmp_path / "trace"), PYTHONPATH=str(HERE.parent))
+    run_within([sys.executable, str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "one.pt")],
+               180, env=e)
+    run_within(torchrun(str(HERE / "mp_worker.py"), str(two_cfg), str(tmp_path / "two.pt")),
+               180, env=e)
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert (two["world"], two["strategy"]) == (2, "fsdp2")
     assert torch.equal(one["rewards"], two["rewards"])
     assert_same_update(one, two)
 

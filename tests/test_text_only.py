@@ -6,7 +6,7 @@ prefill per prompt died of a shape error (`The size of tensor a (4) must match t
 tensor b (16)`), or, on a first text-only batch, decoded its left-padded rows at positions the
 training forward does not use. The rollout now passes the positions the training forward
 computes (`mmrlvr.rollout.hf.prompt_positions`). Under FSDP2 a rank whose micro-batch holds no
-image still runs the vision tower (`mmrlvr.train.parallel.keep_vision_tower_in_step`; the
+image still runs the vision tower (`mmrlvr.train.parallel.keep_towers_in_step`; the
 2-process tests are in tests/test_multiprocess.py).
 """
 from __future__ import annotations

@@ -64,8 +64,12 @@ class Family:
     """Module names (a path part) of the vision encoder: frozen by `model.freeze_vision`."""
     audio_towers: ClassVar[tuple[str, ...]] = ()
     """Module names of the audio encoder: frozen by `model.freeze_audio`."""
-    unit_classes: ClassVar[tuple[str, ...]] = ()
-    """Class names that become one FSDP2 unit each (decoder layers, encoder blocks)."""
+    unit_classes: ClassVar[tuple[str, ...]] = ("DecoderLayer", "EncoderLayer", "VisionBlock")
+    """Class-name endings of the modules that become one FSDP2 unit each (decoder layers,
+    encoder blocks; a MoE family's expert blocks too)."""
+    media_inputs: ClassVar[tuple[str, ...]] = ()
+    """Forward arguments that carry raw media; a forward without any runs `tower_zero` under
+    FSDP2."""
     lora_targets: ClassVar[tuple[str, ...]] = ("q_proj", "k_proj", "v_proj", "o_proj")
     """What `model.lora.target_modules: [auto]` adapts (the language model's attention)."""
 
@@ -138,6 +142,16 @@ class Family:
     def tokens_per_image(self, config: Any, max_pixels: int) -> int:
         """Tokens one image of `max_pixels` pixels makes (0: the family takes no images)."""
         return 0
+
+    def tower_zero(self, model: torch.nn.Module, device: torch.device) -> torch.Tensor | None:
+        """0, computed through every media tower on the smallest dummy input (None: no tower).
+
+        Under FSDP2 each tower is a sharded unit: a rank whose batch has no media would skip its
+        all-gather and reduce-scatter while the others run them. Added to the embeddings, this
+        zero runs the tower in the same place of the forward (and of the backward) on every rank
+        and changes no value or gradient.
+        """
+        return None
 
     # ---------------------------------------------------------------- forward
     def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]

@@ -9,7 +9,7 @@ only. Both encoders make ((frames − 1) // 2 + 1 − 2) // 2 + 1 outputs from a
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -44,6 +44,18 @@ class QwenAudio(Family):
     placeholder_tokens = ("<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>")
     audio_towers = ("audio_tower",)
     unit_classes = ("DecoderLayer", "EncoderLayer")
+    media_inputs = ("input_features",)
+    dummy_frames: ClassVar[int] = 100
+    """Mel frames of the dummy clip `tower_zero` encodes (1 s)."""
+
+    def tower_zero(self, model: torch.nn.Module, device: torch.device) -> torch.Tensor:
+        """The encoder and projector on a silent clip, times 0."""
+        audio = model.config.audio_config
+        frames = self.dummy_frames or 2 * audio.max_source_positions
+        features = torch.zeros(1, audio.num_mel_bins, frames, device=device,
+                               dtype=next(model.parameters()).dtype)
+        mask = torch.ones(1, frames, dtype=torch.long, device=device)
+        return sum(c.sum() for c in self.encode_audio(model, features, mask)) * 0
 
     def output_lengths(self, mel_frames: torch.Tensor) -> torch.Tensor:
         """Encoder outputs per clip from its mel-frame count."""
@@ -67,6 +79,7 @@ class Qwen2Audio(QwenAudio):
     processors = ("Qwen2AudioProcessor",)
     tiny = "qwen2-audio"
     vision_towers = ()
+    dummy_frames = 0          # its encoder takes whole windows (2 x max_source_positions frames)
     vllm = VllmNames(
         renames=(("model.language_model.", "language_model.model."),
                  ("model.audio_tower.", "audio_tower."),
@@ -149,6 +162,7 @@ class Qwen3Omni(Qwen25Omni):
     processors = ("Qwen3OmniMoeProcessor",)
     tiny = "qwen3-omni"
     moe = True
+    unit_classes = ("DecoderLayer", "EncoderLayer", "VisionBlock", "TextExperts")
     audio_token = "<|audio_pad|>"
     placeholder_tokens = ("<|audio_pad|>", "<|audio_start|>", "<|audio_end|>", "<|image_pad|>",
                           "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")

@@ -29,6 +29,7 @@ class QwenVL(Family):
                           "<|vision_pad|>")
     vision_towers = ("visual",)
     unit_classes = ("DecoderLayer", "VisionBlock")
+    media_inputs = ("pixel_values", "pixel_values_videos")
     media_keys = ("pixel_values", "image_grid_thw")
     image_key = "image_grid_thw"
     """The media key whose `media_rows` range counts images (pixel_values counts patches)."""
@@ -108,6 +109,19 @@ class QwenVL(Family):
         """The vision tower's output for every image of `inputs` (pooler_output: one per image)."""
         return model.model.get_image_features(inputs["pixel_values"].to(device, dtype),
                                               inputs["image_grid_thw"].to(device), return_dict=True)
+
+    def tower_zero(self, model: torch.nn.Module, device: torch.device) -> torch.Tensor:
+        """The tower on one merged patch of zeros (grid [1, merge, merge]), times 0."""
+        visual = model.model.visual
+        merge = visual.spatial_merge_size
+        pixels = torch.zeros(merge * merge, visual.patch_embed.proj.weight.shape[1:].numel(),
+                             device=device)                               # C·T·P·P values a patch
+        grid = torch.tensor([[1, merge, merge]], device=device)
+        out = model.model.get_image_features(pixels, grid, return_dict=True)
+        parts = list(out.pooler_output)
+        for layer in getattr(out, "deepstack_features", None) or ():    # Qwen3-VL's mergers too
+            parts.extend(layer)
+        return sum(p.sum() for p in parts) * 0
 
     def shared_media(self, encoded: Any, images_of: list[tuple[int, int]]) -> dict[str, Any]:
         """Forward kwargs carrying `encoded`'s features of images `images_of` (a [start, stop)
@@ -230,7 +244,7 @@ class Qwen3VLMoe(Qwen3VL):
     processors = ()
     tiny = "qwen3-vl-moe"
     moe = True
-    unit_classes = ("DecoderLayer", "VisionBlock")
+    unit_classes = ("DecoderLayer", "VisionBlock", "TextExperts")
     published = {
         "Qwen/Qwen3-VL-30B-A3B-Instruct": _vl(
             "qwen3_vl_moe", _qwen3_text(2048, 6144, 48, 32, 4, 151936, False, num_experts=128,

@@ -18,6 +18,7 @@ from mmrlvr.models.base import Family, FamilyError
 class TiledVision(Family):
     modality = "vision"
     media_keys = ("pixel_values",)
+    media_inputs = ("pixel_values",)
     image_key = "pixel_values"
     processor_kwargs: dict[str, Any] = {}
 
@@ -60,6 +61,14 @@ class TiledVision(Family):
                       device: torch.device, dtype: torch.dtype) -> Any:
         return model.model.get_image_features(inputs["pixel_values"].to(device, dtype),
                                               return_dict=True)
+
+    def tower_zero(self, model: torch.nn.Module, device: torch.device) -> torch.Tensor:
+        """The tower and projector on one tile of zeros, times 0."""
+        vision = model.config.vision_config
+        size = vision.image_size if isinstance(vision.image_size, int) else vision.image_size[0]
+        pixels = torch.zeros(1, 3, size, size, device=device)
+        return self.encode_images(model, {"pixel_values": pixels}, device,
+                                  next(model.parameters()).dtype).pooler_output.sum() * 0
 
     def shared_media(self, encoded: Any, images_of: list[tuple[int, int]]) -> dict[str, Any]:
         from transformers.modeling_outputs import BaseModelOutputWithPooling

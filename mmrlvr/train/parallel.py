@@ -21,7 +21,7 @@ rollout row under more than one process (a zero-advantage row adds nothing but k
 micro-batch count equal), and losses are normalised by the global token count (`Dist.all_sum`)
 and multiplied by the world size, because DDP and FSDP average gradients over ranks. A rank
 whose micro-batch holds no image still runs the vision tower under FSDP2 (on a dummy image that
-counts 0: `keep_vision_tower_in_step`); DDP needs nothing for it (`find_unused_parameters`).
+counts 0: `keep_towers_in_step`); DDP needs nothing for it (`find_unused_parameters`).
 """
 from __future__ import annotations
 
@@ -134,21 +134,23 @@ def init(device_name: str = "auto") -> Dist:
 
 # ---------------------------------------------------------------- the two strategies
 
-UNIT_SUFFIXES = ("DecoderLayer", "EncoderLayer", "VisionBlock")
-"""Classes that become one FSDP2 unit each (Qwen2/2.5-VL, Qwen2-Audio, Qwen2.5-Omni)."""
-TOWER_NAMES = ("visual", "audio_tower", "vision_tower")
-"""Media towers: their own unit, so their stem and merger are gathered with them."""
-
-
-def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The modules `fully_shard` wraps, innermost first (the root comes last, separately)."""
-    layers = [m for m in model.modules() if type(m).__name__.endswith(UNIT_SUFFIXES)]
-    towers = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in TOWER_NAMES]
-    return layers + towers
+def shard_units(model: torch.nn.Module, family) -> list[torch.nn.Module]:
+    """The modules `fully_shard` wraps, innermost first (the root comes last, separately): the
+    family's layers and blocks (`Family.unit_classes`: class-name endings; a MoE family's expert
+    blocks inside its layers), then each media tower whole (`vision_towers`, `audio_towers`), so
+    its stem and merger are gathered with it."""
+    ends = tuple(family.unit_classes)
+    towers = set(family.vision_towers) | set(family.audio_towers)
+    named = [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith(ends)]
+    # fully_shard goes bottom-up: a unit inside another (an expert block in its layer) first
+    nested = [m for n, m in named if any(n.startswith(o + ".") for o, _ in named)]
+    inner = nested + [m for _, m in named if all(m is not x for x in nested)]
+    whole = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] in towers]
+    return inner + whole
 
 
 def fully_shard_model(model: torch.nn.Module, compute_dtype: torch.dtype,
-                      example_input: dict[str, torch.Tensor]) -> torch.nn.Module:
+                      example_input: dict[str, torch.Tensor], family) -> torch.nn.Module:
     """FSDP2 in place: one unit per layer/block/tower, then the root; bf16 compute, fp32 reduce.
 
     `example_input` (one short text row) runs one forward through the root right away: FSDP2
@@ -158,9 +160,9 @@ def fully_shard_model(model: torch.nn.Module, compute_dtype: torch.dtype,
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
     mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
-    for unit in shard_units(model):
+    for unit in shard_units(model, family):
         fully_shard(unit, mp_policy=mp, reshard_after_forward=True)
-    keep_vision_tower_in_step(model)
+    keep_towers_in_step(model, family)
     # the root's own parameters (embeddings, head) are needed again at once by the backward
     fully_shard(model, mp_policy=mp, reshard_after_forward=False)
     register_fsdp_forward_method(model, "generate")
@@ -176,40 +178,41 @@ GATHERED = "_mmrlvr_gathered"
 """Set on a model while `gathered` holds it whole: its forwards then run no collective."""
 
 
-def keep_vision_tower_in_step(model: torch.nn.Module) -> None:
-    """Under FSDP2, run the vision tower in every forward, images or not.
+def keep_towers_in_step(model: torch.nn.Module, family) -> None:
+    """Under FSDP2, run every media tower in every forward, media or not.
 
-    The tower and each of its blocks are units of their own: a forward that calls them
-    all-gathers their shards, and its backward reduce-scatters their gradients. A rank whose
-    micro-batch holds no image would skip those collectives while the others wait in them, and
-    the ranks' collectives would stop matching. So a forward without images runs the tower on
-    one dummy image of the smallest grid (one merged patch) and adds its features times 0 to the
-    token embeddings: every value and gradient stays what it was (the tower's gradient gets 0s).
-    Not while `gathered` (generate: no collectives then). Qwen2/2.5-VL's `get_image_features`;
-    models without one are left alone.
+    Each tower is a unit of its own: a forward that calls it all-gathers its shards, and its
+    backward reduce-scatters their gradients. A rank whose micro-batch holds no image (or clip)
+    would skip those collectives while the others wait in them. So a forward without media runs
+    the towers on the family's smallest dummy input (`Family.tower_zero`, before the language
+    model, as real media would be) and adds the result, 0, to the embeddings the language model
+    takes: every value and gradient stays what it was (the towers' gradients get 0s), and the
+    backward reaches the towers after the layers on every rank. Not while `gathered` (generate:
+    no collectives then).
     """
-    inner = next((m for m in model.modules() if isinstance(getattr(m, "visual", None),
-                                                            torch.nn.Module)
-                  and hasattr(m, "get_image_features")), None)
-    if inner is None:
+    inner = getattr(model, "model", None)
+    language = getattr(inner, "language_model", None)
+    if not family.media_inputs or language is None:
         return
+    pending: list[torch.Tensor] = []
 
-    def run_tower(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple | None:
+    def run_towers(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         if getattr(model, GATHERED, False) or kwargs.get("mm_encoder_outputs") or any(
-                kwargs.get(k) is not None for k in ("pixel_values", "pixel_values_videos")):
+                kwargs.get(k) is not None for k in family.media_inputs):
+            return
+        ids = kwargs.get("input_ids")
+        device = ids.device if ids is not None else kwargs["inputs_embeds"].device
+        pending.append(family.tower_zero(model, device))
+
+    def add_zero(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple | None:
+        if not pending:
             return None
-        embeds = kwargs.get("inputs_embeds")
-        if embeds is None:
-            embeds = module.get_input_embeddings()(kwargs["input_ids"])
-        merge = module.visual.spatial_merge_size
-        patch = module.visual.patch_embed.proj.weight.shape[1:].numel()   # C·T·P·P values
-        pixels = torch.zeros(merge * merge, patch, device=embeds.device)
-        grid = torch.tensor([[1, merge, merge]], device=embeds.device)
-        features = module.get_image_features(pixels, grid, return_dict=True).pooler_output
-        zero = torch.cat(features).sum() * 0
+        zero = pending.pop()
+        embeds = kwargs["inputs_embeds"]
         return args, {**kwargs, "inputs_embeds": embeds + zero.to(embeds.dtype)}
 
-    inner.register_forward_pre_hook(run_tower, with_kwargs=True)
+    inner.register_forward_pre_hook(run_towers, with_kwargs=True)
+    language.register_forward_pre_hook(add_zero, with_kwargs=True)
 
 
 def fsdp_units(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -120,14 +120,14 @@ class Dims:
 def inspect_model(model, cfg: Config) -> Dims:
     import torch
 
-    from mmrlvr.train.parallel import TOWER_NAMES, UNIT_SUFFIXES      # what fully_shard_model wraps
+    from mmrlvr.train.parallel import shard_units       # what fully_shard_model wraps
 
     mc, lora = cfg.model, cfg.model.lora.r > 0
     family = models.of_model(model)
     frozen = {"vision tower": mc.freeze_vision, "audio tower": mc.freeze_audio}
     towers = {"language model": 0, "vision tower": 0, "audio tower": 0}
-    units = [n for n, mod in model.named_modules() if n and (type(mod).__name__.endswith(
-        UNIT_SUFFIXES) or n.rsplit(".", 1)[-1] in TOWER_NAMES)]
+    wrapped = {id(m) for m in shard_units(model, family)}
+    units = [n for n, mod in model.named_modules() if n and id(mod) in wrapped]
     owned = {u: [0, 0] for u in [*units, ""]}      # unit -> [parameters, trainable]; "" the root
     experts = 0
     for name, p in model.named_parameters():       # tied weights count once, as in parameters()

@@ -148,7 +148,8 @@ def load_policy(cfg: Config, d: Dist, init: str | None = None, ckpt: Path | None
     if d.strategy == "ddp":
         policy.forward_model = parallel.wrap_ddp(policy.model, d.device)
     elif d.strategy == "fsdp2":
-        parallel.fully_shard_model(policy.base_model(), policy.compute_dtype, _probe(policy))
+        parallel.fully_shard_model(policy.base_model(), policy.compute_dtype, _probe(policy),
+                                   policy.family)
         policy.sharded = True
     return policy
 
@@ -164,7 +165,7 @@ def load_reference(cfg: Config, d: Dist, policy: Policy) -> torch.nn.Module:
     ref = load_model(cfg.model.path, policy.compute_dtype, cfg.model.attn_implementation)
     ref.to(d.device).eval().requires_grad_(False)
     if d.strategy == "fsdp2":
-        parallel.fully_shard_model(ref, policy.compute_dtype, _probe(policy))
+        parallel.fully_shard_model(ref, policy.compute_dtype, _probe(policy), policy.family)
     return ref
 
 

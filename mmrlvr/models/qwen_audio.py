@@ -174,14 +174,3 @@ class Qwen3Omni(Qwen25Omni):
             _get_feat_extract_output_lengths)
 
         return _get_feat_extract_output_lengths(mel_frames)
-
-    def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        lengths = inputs["feature_attention_mask"].sum(-1) if "feature_attention_mask" in inputs else None
-        positions, _ = model.model.get_rope_index(inputs["input_ids"], None, None,
-                                                  inputs["attention_mask"], False, lengths)
-        return positions
-
-    def encode_audio(self, model: torch.nn.Module, features: torch.Tensor,
-                     feature_mask: torch.Tensor) -> list[torch.Tensor]:
-        flat = model.model.get_audio_features(features, feature_mask, return_dict=True).last_hidden_state
-        return list(flat.split(self.output_lengths(feature_mask.sum(-1)).tolist()))

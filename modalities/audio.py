@@ -121,7 +121,7 @@ class AudioAdapter(Adapter):
             clips.extend(mine)
             per_sample.append(len(mine))
         inputs = processor(text=texts, audio=clips or None, sampling_rate=sr, padding=True,
-                           return_tensors="pt")
+                           return_tensors="pt", add_special_tokens=False)   # the template's are all
         inputs = {k: v for k, v in inputs.items() if torch.is_tensor(v)}
         family = self.family_of(processor)
         rows, start = [], 0

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from mmrlvr.data import Example
+from mmrlvr.data import DataError, Example
+from mmrlvr.data.chat import interleaved, split_at_markers
 from mmrlvr.core.types import TYPE_KEYS, PromptBatch, select
 
 class Adapter:
@@ -56,9 +57,25 @@ class Adapter:
     def chat(media: list[dict[str, Any]], example: Example, system_prompt: str = "",
              format_prompt: str = "") -> list[dict[str, Any]]:
         """One user turn: the media items, then the question (+ format instruction), after the
-        run's system prompt, else the dataset row's own system turn (`meta["system"]`)."""
+        run's system prompt, else the dataset row's own system turn (`meta["system"]`). A
+        question that keeps its `<image>`/`<audio>` markers (`mmrlvr.data.chat`: text stood
+        before one) gets each medium, in order, where its marker stands."""
         question = example.prompt if not format_prompt else f"{example.prompt} {format_prompt}"
-        messages = [{"role": "user", "content": [*media, {"type": "text", "text": question}]}]
+        content = [*media, {"type": "text", "text": question}]
+        if media and interleaved(question):
+            content, queue = [], list(media)
+            for kind, piece in split_at_markers(question):
+                if kind == "text":
+                    content.append({"type": "text", "text": piece})
+                elif queue and queue[0]["type"] == kind:
+                    content.append(queue.pop(0))
+                else:
+                    raise DataError(f"sample {example.id}: its question marks more {piece} "
+                                    f"places than it has media of that kind ({len(media)} in all)")
+            if queue:
+                raise DataError(f"sample {example.id}: {len(queue)} medium/media have no marker "
+                                "in the question; give every one its marker, or none")
+        messages = [{"role": "user", "content": content}]
         system_prompt = system_prompt or example.meta.get("system", "")
         if system_prompt:
             messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})

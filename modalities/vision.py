@@ -98,8 +98,9 @@ class VisionAdapter(Adapter):
             images.append(loaded)
             per_sample.append(len(loaded))
         images = family.processor_images(images)
+        # the chat template writes every special token (Gemma's <bos> too): add none again
         inputs = processor(text=texts, images=images, padding=True, return_tensors="pt",
-                           **(family.processor_kwargs if images else {}))
+                           add_special_tokens=False, **(family.processor_kwargs if images else {}))
         inputs = {k: v for k, v in inputs.items() if torch.is_tensor(v)}
         media_rows = family.media_rows(inputs, per_sample, processor)
         self._check_token_counts(family, inputs, media_rows, examples, processor)

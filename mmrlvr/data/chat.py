@@ -2,9 +2,13 @@
 EasyR1, ms-swift), or chat messages (`[{"role": "user", "content": ...}]`, content a string or a
 list of parts `{"type": "image"}`, `{"type": "text", "text": ...}`; ShareGPT's `from`/`value` too).
 
-An `Example` holds the question as plain text and its media in order: the adapter builds the chat
-turn and inserts the model's own media tokens. So placeholders are counted (each one stands for
-the next image or clip) and stripped from the text, and literal model tokens are refused.
+An `Example` holds the question as text and its media in order: the adapter builds the chat
+turn and inserts the model's own media tokens. Placeholders are counted (each one stands for the
+next image or clip). Where they all stand before the question (`<image>\nHow many…`, or image
+parts first) they are stripped: the media go first, as always. Where text comes before one of
+them ("Compare <image> and <image>: same colour?"), the question keeps them, as `<image>` /
+`<audio>`, and the adapter puts each medium where its marker stands. Literal model tokens are
+refused.
 """
 from __future__ import annotations
 
@@ -151,25 +155,49 @@ def _text_of(content: Any, column: str) -> str:
 
 def _from_parts(parts: list[tuple[str, Any]]) -> Prompt:
     prompt = Prompt(text="")
-    texts = []
+    pieces = []                             # the turn as text, media parts as their tags
     for kind, value in parts:
         if kind == "text":
-            texts.append(value)
+            pieces.append(value)
             continue
-        prompt.slots[kind] += 1
+        pieces.append(TAGS[kind])
         if value is not None:
             prompt.inline[kind].append(value)
-    text = "\n".join(texts)
+    text = "\n".join(pieces)
     for token in MODEL_TOKENS:
         if token in text:
             raise ValueError(f"the prompt holds the model token {token!r}; write <image> (or "
                              "<audio>) where a medium goes, or nothing: the adapter inserts the "
                              "model's own tokens")
     for kind, tag in TAGS.items():
-        prompt.slots[kind] += text.count(tag)
-        text = text.replace(tag, "")
+        prompt.slots[kind] = text.count(tag)
+    if not interleaved(text):
+        for tag in TAGS.values():
+            text = text.replace(tag, "")
     prompt.text = re.sub(r"[ \t]{2,}", " ", text).strip()
     return prompt
+
+
+MARKER = re.compile("|".join(re.escape(t) for t in TAGS.values()))
+
+
+def interleaved(text: str) -> bool:
+    """Some text stands before a media marker: the markers keep their places."""
+    return any(MARKER.sub("", text[:m.start()]).strip() for m in MARKER.finditer(text))
+
+
+def split_at_markers(text: str) -> list[tuple[str, str]]:
+    """`text` as ("text", piece) and ("image"|"audio", tag) parts, in order."""
+    kinds = {tag: kind for kind, tag in TAGS.items()}
+    out, start = [], 0
+    for m in MARKER.finditer(text):
+        if text[start:m.start()]:
+            out.append(("text", text[start:m.start()]))
+        out.append((kinds[m.group(0)], m.group(0)))
+        start = m.end()
+    if text[start:]:
+        out.append(("text", text[start:]))
+    return out
 
 
 def _short(value: Any, limit: int = 80) -> str:

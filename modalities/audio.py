@@ -24,10 +24,10 @@ the text embeddings at the `<|AUDIO|>` positions (`merge_embeddings`), and the m
 
 Positions: Qwen2-Audio's text model uses standard 1-D RoPE; positions come from the attention mask
 (`cumsum - 1`), as `generate` computes them, so a left-padded row sees the positions it has alone.
-The Omni thinker uses 3-D M-RoPE with audio tokens placed by time (`get_rope_index` over the ids,
-the mask and each clip's length); `generate` repeats `feature_attention_mask` row by row for the G
-copies, which keeps clips and prompts aligned only with at most one clip per prompt, so the Omni
-path asks for that (an error names the sample otherwise).
+The Omni thinkers use 3-D M-RoPE with audio tokens placed by time (`get_rope_index` over the ids,
+the mask and each clip's length). Either way the family computes them (`mmrlvr.models`), and the
+rollout hands the same positions to `generate` (`mmrlvr.rollout.hf.prompt_positions`), so a
+prompt may hold several clips.
 """
 from __future__ import annotations
 
@@ -190,12 +190,8 @@ class AudioAdapter(Adapter):
         out = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"],
                "inputs_embeds": merge_embeddings(model, self.family_of(None), inputs["input_ids"],
                                                  media["audio_embeds"])}
-        if getattr(self.family_of(None), "time_positions", False):
-            for ex, rows in zip(batch.examples, batch.media_rows):
-                if rows and rows["feature_attention_mask"][1] - rows["feature_attention_mask"][0] > 1:
-                    raise DataError(f"sample {ex.id}: the {self.family.name} thinker path samples from one "
-                                    "audio clip per prompt; give one clip (or long_audio='truncate')")
-            out["feature_attention_mask"] = inputs["feature_attention_mask"]   # positions by time
+        if getattr(self.family_of(None), "time_positions", False):     # positions by time
+            out["feature_attention_mask"] = inputs["feature_attention_mask"]
         return out
 
 

@@ -311,3 +311,41 @@ def test_tower_zero_reaches_what_real_media_reach_and_counts_nothing(kind, tiny_
     assert _grad_names(policy, zero) == reached and reached
     assert all(float(p.grad.abs().max()) == 0.0 for n, p in policy.model.named_parameters()
                if n in reached)
+
+
+@pytest.mark.parametrize("kind", AUDIO)
+def test_several_clips_per_prompt_sample_what_the_trainer_scores(kind, tiny_dirs, tmp_path):
+    """Two clips in one prompt beside a one-clip and a text-only prompt: the rollout's logprobs
+    equal the trainer's (the Omni thinkers place audio by time: positions come from the batch),
+    and the padded batch gives each row's logprobs alone."""
+    import numpy as np
+    import soundfile as sf
+
+    sr = 16000
+    for i, freq in enumerate((440, 880, 660)):
+        t = np.arange(int(sr * (0.6 + 0.3 * i))) / sr
+        sf.write(tmp_path / f"c{i}.wav", 0.4 * np.sin(2 * np.pi * freq * t), sr)
+    rows = [Example(id="two", prompt="Which clip is higher?", answer="2",
+                    audios=[str(tmp_path / "c0.wav"), str(tmp_path / "c1.wav")]),
+            Example(id="one", prompt="Is it loud?", answer="no", audios=[str(tmp_path / "c2.wav")]),
+            Example(id="text", prompt="What is 2 + 2?", answer="4")]
+    policy = _policy(tiny_dirs(kind), "audio")
+    batch = policy.adapter.encode(rows, policy.processor)
+    torch.manual_seed(0)
+    roll = make_engine("hf", policy).generate(batch, SamplingParams(n=3, max_new_tokens=8,
+                                                                    temperature=1.0))
+    index = [i for i in range(3) for _ in range(3)]
+    with torch.no_grad():
+        logp, _ = policy.rollout_logprobs(batch, index, roll.completion_ids, roll.completion_mask)
+        m = roll.completion_mask.bool()
+        assert (logp - roll.sample_logprobs)[m].abs().max() < 1e-4
+        ids, mask = _completions(policy, [5, 7, 3])
+        together, _ = policy.completion_logprobs(select(batch, [0, 1, 2])[0], ids, mask,
+                                                 media=policy.shared_media(batch, [0, 1, 2]))
+        for i, ex in enumerate(rows):
+            w = int(mask[i].sum())
+            alone_batch = policy.adapter.encode([ex], policy.processor)
+            alone, _ = policy.completion_logprobs(alone_batch.inputs, ids[i:i + 1, :w],
+                                                  mask[i:i + 1, :w],
+                                                  media=policy.shared_media(alone_batch, [0]))
+            torch.testing.assert_close(together[i, :w], alone[0], atol=2e-5, rtol=1e-4)

@@ -25,8 +25,7 @@ class LoraConfig:
     dropout: float = 0.0
     """Dropout on the LoRA branch."""
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Module names (in the language model) that get LoRA adapters; `[auto]`: the model family's
-    (attention projections; Qwen3.5 adds its linear-attention ones)."""
+    """Module names (in the language model) that get LoRA adapters; `[auto]`: the model family's."""
 
 
 @dataclass
@@ -118,9 +117,7 @@ class AlgoConfig:
     clip_high: float = 0.28
     """Upper PPO clip epsilon (DAPO clip-higher)."""
     ratio: str = "token"
-    """Importance ratio: `token` (PPO/GRPO, per token) or `sequence` (GSPO: the sequence's
-    length-normalised ratio, the MoE recipes' choice; use with loss_agg: seq and clip bounds of
-    order 3e-4/4e-4)."""
+    """Importance ratio: `token` (PPO/GRPO) or `sequence` (GSPO; with loss_agg seq, clips ~3e-4/4e-4)."""
     ppo_epochs: int = 1
     """Optimisation passes over each batch of rollouts."""
     eps: float = 1e-6

@@ -126,8 +126,7 @@ class Qwen25Omni(QwenAudio):
         "Qwen/Qwen2.5-Omni-7B": _omni(_text(3584, 18944, 28, 28, 4, 152064, False)),
     }
     time_positions = True
-    """Positions place audio tokens by time: `generate` repeats `feature_attention_mask` row by
-    row for the G copies, which keeps clips and prompts aligned with one clip per prompt only."""
+    """Positions place audio tokens by time: they need each clip's `feature_attention_mask`."""
 
     def unwrap_config(self, config: Any) -> Any:
         return config.thinker_config if config.model_type in self.wrapper_types else config

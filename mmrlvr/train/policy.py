@@ -82,14 +82,25 @@ def load_processor(path: str) -> Any:
 
 
 def load_family(path: str):
-    """The model family of `path`, from its config.json alone: an unsupported model is refused
-    here, before any weights load, naming the supported families."""
+    """The model family of `path`, from its config.json alone (a local dir, the HF cache, else
+    the hub's config.json only): an unsupported model is refused here, before any weights
+    load, naming the supported families."""
+    import transformers
+
     from mmrlvr import models
-    from mmrlvr.config import ConfigError, check_model_path
+    from mmrlvr.config import ConfigError, check_model_path, missing_model_message
+    from mmrlvr.config.model_defaults import model_file
 
     try:
         check_model_path(path)
-        return models.resolve(path)
+        if Path(path).exists() or model_file(path, "config.json") is not None:
+            return models.resolve(path)
+        try:                            # a hub id not cached here: fetch its config.json alone
+            config = transformers.AutoConfig.from_pretrained(path)
+        except (OSError, ValueError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise PolicyError(missing_model_message(path, f"download failed: {first}")) from None
+        return models.of_config(config, path)
     except (ConfigError, models.FamilyError) as err:
         raise PolicyError(str(err)) from None
 

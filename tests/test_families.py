@@ -349,3 +349,18 @@ def test_several_clips_per_prompt_sample_what_the_trainer_scores(kind, tiny_dirs
                                                   mask[i:i + 1, :w],
                                                   media=policy.shared_media(alone_batch, [0]))
             torch.testing.assert_close(together[i, :w], alone[0], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", [k for k in VISION if k not in ("qwen2-vl", "qwen2.5-vl")])
+def test_the_demo_loads_and_answers_with_each_new_vision_family(kind, tiny_dirs, mixed):
+    """`mmrlvr demo --model DIR` on each family: the launcher reads its modality off the family,
+    and the Vision QA handler answers an image question to the end (Qwen2/2.5-VL: test_apps.py
+    through a real server)."""
+    from apps import vision_tab
+    from apps.launcher import load_context
+
+    ctx = load_context(str(tiny_dirs(kind)), device="cpu")
+    assert ctx.policy.family.name == kind
+    updates = list(vision_tab.answer(ctx, [mixed[1].images[0]], "How many shapes?",
+                                     max_new_tokens=4, compare=False))
+    assert updates[-1][-1].startswith("✓ done"), updates[-1][-1]

@@ -1,7 +1,8 @@
 """Degenerate completions: extraction, matching and the accuracy, format and pirl rewards stay bounded.
 
-Each call must finish well under ``BOUND_S`` (the target is < 50 ms; ``python bench/verify.py
---adversarial`` prints the figures) and fail closed: no match for garbage, ``too_complex``
+Each call must take well under ``BOUND_S`` of this process's CPU time (the target is < 50 ms;
+``python bench/verify.py --adversarial`` prints the figures), so other jobs on a busy machine
+cannot fail it, while every unbounded case below (21-65 s of CPU) still would; and fail closed: no match for garbage, ``too_complex``
 where a size bound cut the check short, the exact answer where a legitimate one is inside.
 Before the bounds, nested ``\\boxed{`` cost cubic time (800 levels: 65 s of CPU) and a run
 of 20,000 spaces before an "or" 27 s; in the format and pirl rewards, 20,000 ``<think>`` 21 s and
@@ -20,7 +21,7 @@ from rewards.format import FormatReward
 from rewards.pirl import PirlReward
 from rewards.verify import TOO_COMPLEX, extract_outcome, match_outcome
 
-BOUND_S = 1.0  # generous for a slow shared CI machine; the measured worst is ~50 ms
+BOUND_S = 5.0  # CPU seconds: 100x the measured worst (~50 ms), a fifth of the fastest unbounded case
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -29,10 +30,10 @@ def _warm_sympy():
 
 
 def _timed(fn, *args):
-    t0 = time.perf_counter()
+    t0 = time.process_time()        # CPU time: a wall clock fails when the machine is busy
     out = fn(*args)
-    took = time.perf_counter() - t0
-    assert took < BOUND_S, f"{fn.__name__} took {took:.2f} s"
+    took = time.process_time() - t0
+    assert took < BOUND_S, f"{fn.__name__} took {took:.2f} s of CPU"
     return out
 
 

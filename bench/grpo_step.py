@@ -39,6 +39,7 @@ the call.
     python bench/grpo_step.py --workdir /tmp/b  # keep (and reuse) the model and data
     python bench/grpo_step.py --threads 1       # on a busy machine: no thread oversubscription
     python bench/grpo_step.py --variant train.packing=true   # also mmrlvr with these overrides
+    python bench/grpo_step.py --family qwen3-vl   # another family's tiny model, same workload
 
 TRL is the `bench` extra (`pip install -e .[bench]`); without it only mmrlvr is measured. A
 benchmark prints figures; nothing here asserts a speed.
@@ -80,13 +81,14 @@ def reward_specs() -> list[dict]:
 
 # ---------------------------------------------------------------------------------------- setup
 
-def prepare(workdir: Path, n_prompts: int) -> tuple[Path, Path]:
-    """Build the tiny model and the shapes data once (reused when already there)."""
-    model_dir, data_dir = workdir / "tiny-qwen25vl-224", workdir / f"shapes-224-{n_prompts}"
+def prepare(workdir: Path, n_prompts: int, family: str = "qwen2.5-vl") -> tuple[Path, Path]:
+    """Build the tiny model (of `family`) and the shapes data once (reused when already there)."""
+    name = "tiny-qwen25vl-224" if family == "qwen2.5-vl" else f"tiny-{family}-224"
+    model_dir, data_dir = workdir / name, workdir / f"shapes-224-{n_prompts}"
     if not (model_dir / "tiny.json").exists():
         from mmrlvr.tiny import build_tiny
 
-        build_tiny("qwen2.5-vl", model_dir, min_pixels=PIXELS, max_pixels=PIXELS)
+        build_tiny(family, model_dir, min_pixels=PIXELS, max_pixels=PIXELS)
     if not (data_dir / "info.json").exists():
         from mmrlvr.tasks.shapes import make_shapes
 
@@ -234,7 +236,7 @@ def _version(pkg: str) -> str:
 
 def run_one(framework: str, args, variant: str = "") -> dict:
     workdir = Path(args.workdir)
-    model_dir, train_file = prepare(workdir, PROMPTS * (args.warmup + args.steps))
+    model_dir, train_file = prepare(workdir, PROMPTS * (args.warmup + args.steps), args.family)
     try:
         if framework == "mmrlvr":
             return bench_mmrlvr(model_dir, train_file, workdir, args.warmup, args.steps, variant)
@@ -250,7 +252,8 @@ def run_one(framework: str, args, variant: str = "") -> dict:
 def spawn(framework: str, args, variant: str = "") -> dict:
     """Run one framework in a fresh interpreter so its peak RSS is its own."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--only", framework, "--child",
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--workdir", str(args.workdir)]
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--workdir", str(args.workdir),
+           "--family", args.family]
     if variant:
         cmd += ["--variant", variant]
     if args.threads:
@@ -281,7 +284,7 @@ def print_report(results: list[dict], args) -> None:
     import torch
 
     threads = next((r["threads"] for r in results if "threads" in r), torch.get_num_threads())
-    print(f"GRPO step benchmark: tiny Qwen2.5-VL (random weights), {IMAGE_SIZE} px images, "
+    print(f"GRPO step benchmark: tiny {args.family} (random weights), {IMAGE_SIZE} px images, "
           f"{PROMPTS} prompts x {GROUP} rollouts x <= {MAX_NEW} new tokens; "
           f"{args.warmup} warm-up + {args.steps} timed steps")
     print(f"torch {torch.__version__} ({threads} threads, "
@@ -344,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
                    help="also measure mmrlvr with these config overrides (repeatable), e.g. "
                         "train.packing=true or rollout.decode=static")
+    p.add_argument("--family", default="qwen2.5-vl",
+                   help="the tiny model's family (`mmrlvr tiny --help`: qwen3-vl, gemma3, ...); "
+                        "TRL runs the same model where it supports the family")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
@@ -366,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         args.workdir = tmp.name
     try:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
-        prepare(Path(args.workdir), PROMPTS * (args.warmup + args.steps))
+        prepare(Path(args.workdir), PROMPTS * (args.warmup + args.steps), args.family)
         if args.only:
             frameworks = [args.only]
         else:

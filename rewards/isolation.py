@@ -17,6 +17,7 @@ math_verify's default signal-based parse timeout raises (pass `parsing_timeout=N
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 from datetime import datetime
@@ -27,6 +28,7 @@ from mmrlvr.data import Example
 from rewards.workers import Call, EventLoop, Pool, settle
 
 FAILURE_KINDS = ("timeout", "error", "type", "nonfinite")
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 class ScoresGroups:
@@ -69,6 +71,8 @@ def _number(value: Any, what: str) -> float:
                               "not a number") from None
     if not math.isfinite(number):
         raise Failure("nonfinite", f"{what} is {short(value)}")
+    if abs(number) > FLOAT32_MAX:            # rewards become float32 tensors: it would be inf
+        raise Failure("nonfinite", f"{what} is {short(value)}, outside float32's range")
     return number
 
 
@@ -132,7 +136,10 @@ class Isolated(ScoresGroups):
                      ) -> list[list[dict[str, float]]]:
         """`score` of several groups; an async reward's calls for all of them run at once."""
         ids = completion_ids or [None] * len(groups)
-        plans = [self.user.calls(ex, list(texts), progress, group_ids)
+        # every call gets its own copy of the example and its columns: a reward that edits them
+        # (clears `images`, sets `answer`) changes nothing the run or the next call reads
+        plans = [[copy.deepcopy(call)
+                  for call in self.user.calls(ex, list(texts), progress, group_ids)]
                  for ex, texts, group_ids in zip(examples, groups, ids)]
         statuses = iter(self._run([call for plan in plans for call in plan]))
         out = []

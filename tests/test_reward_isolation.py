@@ -290,3 +290,37 @@ def test_a_built_in_reward_is_isolated_only_when_its_spec_asks(tmp_path):
 def test_bad_isolation_options_fail_when_the_rewards_are_built(tmp_path, spec, message):
     with pytest.raises(ValueError, match=message):
         user_reward(tmp_path, SOURCE, "fragile", **spec)
+
+
+def test_a_score_beyond_float32_is_a_counted_failure_not_a_silent_zero(tmp_path):
+    """1e308 is a finite float but inf as the float32 the rewards become: a failure, counted."""
+    reward = user_reward(tmp_path, "def huge(example, text):\n"
+                                   "    return 1e308 if text == 'x' else 0.5\n", "huge")
+    rows = reward.score(EX, ["x", "y"])
+    assert [r["overall"] for r in rows] == [0.0, 0.5]
+    name = next(k for k in rows[0] if k.endswith("/failed_nonfinite"))
+    assert [r[name] for r in rows] == [1.0, 0.0]
+    assert "outside float32's range" in log_lines(tmp_path)[0]["detail"]
+
+
+def test_a_reward_that_edits_its_inputs_changes_nothing_the_run_reads(tmp_path):
+    """A native reward that rewrites `example.answer` and a TRL one that empties its `images`
+    column: the example (the run's data) and every other call see the originals."""
+    native = user_reward(tmp_path, """
+        def edits(example, text):
+            seen = example.answer
+            example.answer = "changed"
+            example.images.clear()
+            return float(seen == "5")
+        """, "edits")
+    ex = Example(id="q", prompt="What is 2 + 3?", answer="5", images=["a.png"])
+    assert [r["overall"] for r in native.score(ex, ["a", "b", "c"])] == [1.0, 1.0, 1.0]
+    assert ex.answer == "5" and ex.images == ["a.png"]
+    (tmp_path / "trl.py").write_text(
+        "def trl_edits(completions, images, solution, **kw):\n"
+        "    out = [float(len(images[0]) == 1 and s == '5') for s in solution]\n"
+        "    images[0].clear()\n    solution[0] = 'changed'\n    return out\n")
+    trl = build_combined([{"name": f"{tmp_path / 'trl.py'}:trl_edits", "weight": 1.0}])
+    for _ in range(2):                                  # the second step sees the originals too
+        assert [r["overall"] for r in trl.score(ex, ["a", "b"])] == [1.0, 1.0]
+    assert ex.answer == "5" and ex.images == ["a.png"]

@@ -495,3 +495,24 @@ def test_checks_leave_float_values_finite_and_typed(base):
     cfg = load_config(base, ["optim.lr=3e-5", "optim.betas=[9e-1, '0.95']"])
     assert cfg.optim.betas == [0.9, 0.95] and all(type(b) is float for b in cfg.optim.betas)
     assert math.isfinite(cfg.optim.lr)
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
+    """Nine levels of nine aliases in 500 bytes would expand to ~490 M values (the config's
+    copies and dumps build them: > 3.5 GB); one error instead, at once. Ordinary anchors load."""
+    import time
+
+    from mmrlvr.config import ConfigError, load_config
+
+    levels = ["opts: &l0 [x, x, x, x, x, x, x, x, x]"] + [
+        f"l{k}: &l{k} [{', '.join([f'*l{k - 1}'] * 9)}]" for k in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("rewards:\n  - name: accuracy\n    weight: 1.0\n"
+                    + "".join(f"    {line}\n" for line in levels))
+    start = time.process_time()
+    with pytest.raises(ConfigError, match=r"aliases \(\*name\) expand to 4\d\d,\d{3},\d{3} values"):
+        load_config(bomb)
+    assert time.process_time() - start < 5
+    fine = tmp_path / "anchors.yaml"
+    fine.write_text("optim: &o {lr: 0.001}\nsft: {lr: 0.001}\n")
+    assert load_config(fine).optim.lr == 0.001

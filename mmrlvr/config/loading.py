@@ -76,10 +76,24 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 # --- YAML: plain values only ------------------------------------------------------------------
 
 
+MAX_YAML_VALUES = 100_000
+"""Values a config may hold once its aliases are expanded: a 523-byte nest of aliases (an
+"alias bomb") expands to billions, which the config's copies and dumps would then build."""
+
+
 class _Loader(yaml.SafeLoader):
     """`yaml.SafeLoader` (no tag builds an object) that also refuses a key given twice in one
     mapping, which YAML would resolve silently to the last (a second `optim:` section would
-    drop the first)."""
+    drop the first), and a document whose aliases expand past `MAX_YAML_VALUES` values."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        values = _expanded_size(node, {})
+        if values > MAX_YAML_VALUES:
+            raise yaml.constructor.ConstructorError(
+                problem=f"its aliases (*name) expand to {values:,} values, more than "
+                        f"{MAX_YAML_VALUES:,}; write the values out, or fewer nested aliases",
+                problem_mark=node.start_mark)
+        return super().construct_document(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[str, yaml.Mark] = {}
@@ -93,6 +107,21 @@ class _Loader(yaml.SafeLoader):
                     problem_mark=key_node.start_mark)
             seen[key_node.value] = key_node.start_mark
         return super().construct_mapping(node, deep)
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Values under `node` with every alias expanded (each node counted once per reference)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1                                # a cycle counts once, not forever
+    if isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    else:
+        size = 1
+    memo[id(node)] = size
+    return size
 
 
 def _yaml_error(err: yaml.YAMLError, where: str, of_value: bool = False) -> str:

@@ -316,3 +316,18 @@ def test_an_old_format_checkpoint_resumes_only_when_trusted_and_identically(
     assert out.returncode == 0, out.stderr[-1500:]
     assert stable(read_metrics(tmp_path / "run" / "metrics.jsonl")) == reference
     assert (tmp_path / "run" / "checkpoints" / "step-3" / "trainer_state.json").is_file()
+
+
+def test_an_lr_override_on_resume_is_applied_not_just_recorded(tmp_path, tiny_vl, shapes_dir):
+    """`--resume RUN optim.lr=0.5`: config.yaml records 0.5 and the resumed steps run at 0.5
+    (the checkpoint's optimizer had 1e-3); without the override they run at 1e-3 as before."""
+    path = config(tmp_path, tiny_vl, shapes_dir, "run", None, train={"steps": 2},
+                  optim={"schedule": "constant"})
+    assert cli("train", str(path)).returncode == 0
+    shutil.copytree(tmp_path / "run", tmp_path / "same")
+    out = cli("train", "--resume", str(tmp_path / "run"), "train.steps=3", "optim.lr=0.5")
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["optim"]["lr"] == 0.5
+    assert read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]["optim/lr"] == 0.5
+    assert cli("train", "--resume", str(tmp_path / "same"), "train.steps=3").returncode == 0
+    assert read_metrics(tmp_path / "same" / "metrics.jsonl")[-1]["optim/lr"] == pytest.approx(1e-3)

@@ -55,6 +55,17 @@ def warmup_cosine(warmup: int, total: int, floor: float = 0.1, schedule: str = "
     return fn
 
 
+def apply_optim_config(optimizer: torch.optim.Optimizer, scheduler, optim) -> None:
+    """The config's lr, betas and weight decay over what a checkpoint restored: a resume with
+    `optim.lr=...` runs at that lr (its schedule continuing where it was), never at the saved one
+    while config.yaml records the new. Without overrides every value is the saved one."""
+    scheduler.base_lrs = [optim.lr for _ in scheduler.base_lrs]
+    for group, schedule in zip(optimizer.param_groups, scheduler.lr_lambdas):
+        group.update(initial_lr=optim.lr, betas=tuple(optim.betas),
+                     weight_decay=optim.weight_decay, lr=optim.lr * schedule(scheduler.last_epoch))
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+
 @dataclass
 class Skips:
     """Steps skipped for a non-finite loss or gradient: how many in a row, and the first cause."""
@@ -262,6 +273,7 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool,
         else:
             optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
+        apply_optim_config(optimizer, scheduler, cfg.optim)
         if len(state["rng"]) == d.world:
             set_rng_state(state["rng"][d.rank])
         else:   # the weights and optimizer reshard; the random streams cannot

@@ -184,58 +184,50 @@ def run_within(cmd: list[str], timeout: float, **kw) -> None:
     assert proc.returncode == 0, err[-4000:]
 
 
-@pytest.mark.parametrize("strategy, beta", [("ddp", 0.0), ("fsdp2", 0.04)])
-def test_a_rank_with_only_text_prompts_keeps_step_with_an_image_rank(tmp_path, tiny_vl, shapes_dir,
-                                                                    strategy, beta):
-    """Rank 0 trains an image prompt's group, rank 1 a text-only one. Under FSDP2 the vision
-    tower is a sharded unit of its own, so rank 1 runs it on a dummy image whose features count
-    0 (its all-gathers and reduce-scatters must match rank 0's), in the sharded reference's
-    no-grad forwards too (`beta`); DDP finds the unused tower parameters itself. The run ends,
-    with the update one process makes on both prompts."""
+def text_rank_update(tmp_path: Path, model: Path, shapes_dir: Path, strategy: str,
+                     beta: float = 0.0, limit: float = 180) -> None:
+    """Rank 0 trains an image prompt's group, rank 1 a text-only one (mp_worker: rank r gets
+    row r): the 2-process run ends (a deadlock fails it after `limit` s) and makes the update
+    one process makes on both prompts."""
     from tests.test_text_only import write_rows
 
-    data = write_rows(tmp_path, shapes_dir, ["image", "text"])   # mp_worker: rank r gets row r
+    data = write_rows(tmp_path, shapes_dir, ["image", "text"])
     sections = dict(data={"train": str(data), "eval": "", "allow_outside": True},
                     train={"strategy": strategy, "batch_prompts": 2, "steps": 1},
                     algo={"beta": beta}, optim={"max_grad_norm": 0.0})
-    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "one", **sections)
-    two_cfg = write_config(tmp_path, tiny_vl, shapes_dir, "two", **sections)
+    cfg = write_config(tmp_path, model, shapes_dir, "one", **sections)
+    two_cfg = write_config(tmp_path, model, shapes_dir, "two", **sections)
     e = env(MMRLVR_TRACE=str(tmp_path / "trace"), PYTHONPATH=str(HERE.parent))
     run_within([sys.executable, str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "one.pt")],
-               120, env=e)
+               limit, env=e)
     run_within(torchrun(str(HERE / "mp_worker.py"), str(two_cfg), str(tmp_path / "two.pt")),
-               120, env=e)
+               limit, env=e)
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
     assert (two["world"], two["strategy"]) == (2, strategy)
     assert torch.equal(one["rewards"], two["rewards"])
     assert_same_update(one, two)
 
 
+@pytest.mark.parametrize("strategy, beta", [("ddp", 0.0), ("fsdp2", 0.04)])
+def test_a_rank_with_only_text_prompts_keeps_step_with_an_image_rank(tmp_path, tiny_vl, shapes_dir,
+                                                                    strategy, beta):
+    """Under FSDP2 the vision tower is a sharded unit of its own, so the text-only rank runs it
+    on a dummy image whose features count 0 (its all-gathers and reduce-scatters must match the
+    image rank's), in the sharded reference's no-grad forwards too (`beta`); DDP finds the
+    unused tower parameters itself."""
+    text_rank_update(tmp_path, tiny_vl, shapes_dir, strategy, beta, limit=120)
+
+
 @pytest.mark.parametrize("kind", ["qwen3-vl-moe", "gemma3"])
 def test_fsdp2_on_new_families_with_a_text_only_rank_makes_one_process_update(
         tmp_path_factory, tmp_path, shapes_dir, kind):
     """A MoE family (its expert blocks units of their own, inside their layers; DeepStack mergers
-    in the tower) and a tiled one (Gemma's SigLIP tower and projector): rank 1's prompt is
-    text-only, so it runs their towers on the family's dummy input. Same update as 1 process."""
+    in the tower) and a tiled one (Gemma's SigLIP tower and projector): the text-only rank runs
+    their towers on the family's dummy input."""
     from mmrlvr.tiny import build_tiny
-    from tests.test_text_only import write_rows
 
     model = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
-    data = write_rows(tmp_path, shapes_dir, ["image", "text"])   # mp_worker: rank r gets row r
-    sections = dict(data={"train": str(data), "eval": "", "allow_outside": True},
-                    train={"strategy": "fsdp2", "batch_prompts": 2, "steps": 1},
-                    optim={"max_grad_norm": 0.0})
-    cfg = write_config(tmp_path, model, shapes_dir, "one", **sections)
-    two_cfg = write_config(tmp_path, model, shapes_dir, "two", **sections)
-    e = env(MMRLVR_TRACE=str(tmp_path / "trace"), PYTHONPATH=str(HERE.parent))
-    run_within([sys.executable, str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "one.pt")],
-               180, env=e)
-    run_within(torchrun(str(HERE / "mp_worker.py"), str(two_cfg), str(tmp_path / "two.pt")),
-               180, env=e)
-    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
-    assert (two["world"], two["strategy"]) == (2, "fsdp2")
-    assert torch.equal(one["rewards"], two["rewards"])
-    assert_same_update(one, two)
+    text_rank_update(tmp_path, model, shapes_dir, "fsdp2")
 
 
 def test_fsdp2_in_bf16_moves_every_fp32_master_weight_at_lr_1e_6(tmp_path, tiny_vl, shapes_dir):

@@ -105,7 +105,8 @@ class AudioAdapter(Adapter):
     def encode(self, examples: list[Example], processor: Any, system_prompt: str = "",
                format_prompt: str = "", **_: Any) -> PromptBatch:
         fe = processor.feature_extractor
-        token = self.family_of(processor).audio_token
+        family = self.family_of(processor)
+        token = family.audio_token
         sr, window = int(fe.sampling_rate), int(fe.n_samples)
         texts, clips, per_sample = [], [], []
         for ex in examples:
@@ -123,7 +124,6 @@ class AudioAdapter(Adapter):
         inputs = processor(text=texts, audio=clips or None, sampling_rate=sr, padding=True,
                            return_tensors="pt", add_special_tokens=False)   # the template's are all
         inputs = {k: v for k, v in inputs.items() if torch.is_tensor(v)}
-        family = self.family_of(processor)
         rows, start = [], 0
         for n in per_sample:
             rows.append({k: (start, start + n) for k in self.media_keys} if n else {})
@@ -147,12 +147,6 @@ class AudioAdapter(Adapter):
                                 f"literal {family.audio_token} and the processor matches the model")
 
     # -- model side -------------------------------------------------------------------------
-    def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
-                     ) -> torch.Tensor:
-        """The family's: Qwen2-Audio 1-D positions [N, T] over real tokens only (what `generate`
-        uses); the Omni thinker 3-D M-RoPE positions [3, N, T] from ids, mask and clip lengths."""
-        return self.family_of(None).position_ids(model, inputs)
-
     def shared_media(self, model: torch.nn.Module, batch: PromptBatch, rows: list[int],
                      device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
         found = self.distinct_media(batch, rows)
@@ -190,7 +184,7 @@ class AudioAdapter(Adapter):
         out = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"],
                "inputs_embeds": merge_embeddings(model, self.family_of(None), inputs["input_ids"],
                                                  media["audio_embeds"])}
-        if getattr(self.family_of(None), "time_positions", False):     # positions by time
+        if self.family_of(None).time_positions:
             out["feature_attention_mask"] = inputs["feature_attention_mask"]
         return out
 

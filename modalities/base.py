@@ -92,8 +92,11 @@ class Adapter:
 
     def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
                      ) -> torch.Tensor | None:
-        """Position ids for a training forward, or None to let the model derive them."""
-        return None
+        """Position ids for a training forward (None: let the model derive them): the family's,
+        from the attention mask as `generate` computes them, so a batch without any medium gets
+        mask-aware positions too (Qwen-VL would fall back to 0..T-1 over the padding) and a
+        left-padded row sees the positions it has alone."""
+        return self.family_of(None).position_ids(model, inputs)
 
     def shared_media(self, model: torch.nn.Module, batch: PromptBatch, rows: list[int],
                      device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:

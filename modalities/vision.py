@@ -107,15 +107,6 @@ class VisionAdapter(Adapter):
         return PromptBatch(list(examples), inputs, media_rows, texts,
                            {"system_prompt": system_prompt, "format_prompt": format_prompt})
 
-    def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]
-                     ) -> torch.Tensor | None:
-        """The family's positions from the attention mask, as `generate` computes them.
-
-        Computed here rather than left to the forward so a batch without any image gets
-        mask-aware positions too (Qwen-VL would fall back to 0..T-1 over the padding).
-        """
-        return self.family_of(None).position_ids(model, inputs)
-
     def shared_media(self, model: torch.nn.Module, batch: PromptBatch, rows: list[int],
                      device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
         found = self.distinct_media(batch, rows)
@@ -127,12 +118,6 @@ class VisionAdapter(Adapter):
         key = family.image_key
         images = {i: r[key] for i, r in zip(distinct, media_rows)}
         return family.shared_media(encoded, [images[i] for i in rows if i in images])
-
-    def apply_media(self, model: torch.nn.Module, inputs: dict[str, Any], media: dict[str, Any]
-                    ) -> dict[str, Any]:
-        out = {k: v for k, v in inputs.items() if k != "pixel_values"}
-        out.update(media)
-        return out
 
     @staticmethod
     def _check_token_counts(family, inputs, media_rows, examples, processor) -> None:

@@ -5,8 +5,8 @@
     models.names()                               # every supported family
 
 An unsupported `model_type` is refused before any weights load, naming the supported families.
-One file per family line (`qwen_vl`, `gemma3`, `internvl` — these two on `tiled` —, `qwen_audio`); `mmrlvr.models.base.Family` says what
-a family answers.
+One file per family line (`qwen_vl`; `gemma3` and `internvl`, both on `tiled`; `qwen_audio`);
+`mmrlvr.models.base.Family` says what a family answers.
 """
 from __future__ import annotations
 

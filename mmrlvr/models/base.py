@@ -82,6 +82,8 @@ class Family:
     """Hub id -> its published config.json dims, so `mmrlvr plan` works offline."""
     tiny: ClassVar[str | None] = None
     """The `mmrlvr tiny` kind of this family, if it has one."""
+    time_positions: ClassVar[bool] = False
+    """Positions place audio tokens by time: they need each clip's `feature_attention_mask`."""
     repeatable_cache: ClassVar[bool] = True
     """A prompt's KV cache can be repeated for its G completions (one prefill per prompt); not
     for linear-attention layers (Qwen3.5's Gated DeltaNet), whose state transformers cannot repeat."""
@@ -160,6 +162,12 @@ class Family:
         real tokens only (`cumsum - 1`), so a left-padded row sees the positions it has alone."""
         mask = inputs["attention_mask"]
         return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def text_dims(h: int, i: int, layers: int, heads: int, kv: int, vocab: int, tied: bool) -> dict:
+    """A release's text-model dims as its config.json states them (`Family.published`)."""
+    return dict(hidden_size=h, intermediate_size=i, num_hidden_layers=layers, vocab_size=vocab,
+                num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=tied)
 
 
 def _token_id(config: Any, attr: str) -> int | None:

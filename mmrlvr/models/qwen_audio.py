@@ -13,15 +13,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from mmrlvr.models.base import Family, VllmNames
+from mmrlvr.models.base import Family, VllmNames, text_dims as _text
 
 _WHISPER = dict(d_model=1280, encoder_layers=32, encoder_attention_heads=20, encoder_ffn_dim=5120,
                 num_mel_bins=128, max_source_positions=1500)
-
-
-def _text(h, i, layers, heads, kv, vocab, tied) -> dict:
-    return dict(hidden_size=h, intermediate_size=i, num_hidden_layers=layers, vocab_size=vocab,
-                num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=tied)
 
 
 def _omni(text: dict) -> dict:          # the thinker's dims (only the thinker is trained)
@@ -111,7 +106,8 @@ class Qwen2Audio(QwenAudio):
 
 
 class Qwen25Omni(QwenAudio):
-    """The Qwen2.5-Omni thinker (text out); a full Omni checkpoint trains its thinker."""
+    """The Qwen2.5-Omni thinker (text out); a full Omni checkpoint trains its thinker (the
+    thinker class loads the thinker's weights out of it)."""
 
     name = "qwen2.5-omni"
     model_types = ("qwen2_5_omni_thinker",)
@@ -126,14 +122,9 @@ class Qwen25Omni(QwenAudio):
         "Qwen/Qwen2.5-Omni-7B": _omni(_text(3584, 18944, 28, 28, 4, 152064, False)),
     }
     time_positions = True
-    """Positions place audio tokens by time: they need each clip's `feature_attention_mask`."""
 
     def unwrap_config(self, config: Any) -> Any:
         return config.thinker_config if config.model_type in self.wrapper_types else config
-
-    def load(self, path: str, **kwargs: Any) -> torch.nn.Module:
-        # a full Omni checkpoint: the thinker class loads the thinker's weights out of it
-        return self.model_class().from_pretrained(path, **kwargs)
 
     def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """3-D M-RoPE positions [3, N, T] from ids, mask and clip lengths."""

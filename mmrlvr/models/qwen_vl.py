@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from mmrlvr.models.base import Family, VllmNames
+from mmrlvr.models.base import Family, VllmNames, text_dims as _text
 
 
 class QwenVL(Family):
@@ -136,11 +136,6 @@ class QwenVL(Family):
 _QWEN2_VL_NAMES = VllmNames(
     renames=(("model.language_model.", "model."), ("model.visual.", "visual.")),
     roots=("model.", "visual.", "lm_head."), media="image")
-
-
-def _text(h, i, layers, heads, kv, vocab, tied) -> dict:
-    return dict(hidden_size=h, intermediate_size=i, num_hidden_layers=layers, vocab_size=vocab,
-                num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=tied)
 
 
 def _vl(model_type: str, text: dict, vision: dict) -> dict:

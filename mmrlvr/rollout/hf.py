@@ -144,7 +144,7 @@ def logits_bytes(rows: int, new_tokens: int, model: torch.nn.Module) -> int:
 
 def prompt_positions(policy, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     """The prompts' position ids ([3, B, P] M-RoPE or [B, P]), as the training forward gives
-    them (`adapter.position_ids`; else counted over the real tokens).
+    them (`adapter.position_ids`, the family's).
 
     `generate` gets them explicitly and extends them by one a step, so no model derives them
     from state it keeps between calls: Qwen2/2.5-VL (and the Omni thinker) cache M-RoPE offsets
@@ -153,8 +153,8 @@ def prompt_positions(policy, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     positions counted a text-only row's left padding. Any offsets kept are cleared here too.
     """
     positions = policy.adapter.position_ids(policy.base_model(), inputs)
-    if positions is None:
-        positions = (inputs["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+    if positions is None:                  # an adapter that leaves them to the model
+        positions = policy.family.position_ids(policy.base_model(), inputs)
     for module in policy.base_model().modules():          # nothing stale for anyone to read
         if getattr(module, "rope_deltas", None) is not None:
             module.rope_deltas = None

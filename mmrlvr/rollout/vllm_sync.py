@@ -33,14 +33,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+
 import torch
 
-from mmrlvr.models import VllmNames
+from mmrlvr import models
 
 
-def architecture(model_type: str) -> VllmNames:
-    from mmrlvr import models
-
+def architecture(model_type: str) -> models.VllmNames:
     try:
         names = models.of_type(model_type).vllm
     except models.FamilyError:

@@ -105,9 +105,11 @@ def load_family(path: str):
         raise PolicyError(str(err)) from None
 
 
-def load_model(path: str, dtype: torch.dtype, attn_implementation: str = "sdpa") -> torch.nn.Module:
-    """The model at `path` as its family loads it (an Omni checkpoint: its thinker)."""
-    family = load_family(path)
+def load_model(path: str, dtype: torch.dtype, attn_implementation: str = "sdpa",
+               family=None) -> torch.nn.Module:
+    """The model at `path` as its family loads it (an Omni checkpoint: its thinker); `family`:
+    the one `load_family` already found."""
+    family = family or load_family(path)
     try:
         return family.load(path, dtype=dtype, attn_implementation=attn_implementation)
     except (OSError, ValueError) as err:
@@ -170,7 +172,8 @@ class Policy:
         check_processor(family, processor, path)
         compute, master = pick_dtype(cfg.dtype, device), DTYPES[cfg.param_dtype]
         # LoRA trains adapters only: the frozen base stays in the compute dtype
-        model = load_model(path, compute if cfg.lora.r > 0 else master, cfg.attn_implementation)
+        model = load_model(path, compute if cfg.lora.r > 0 else master, cfg.attn_implementation,
+                           family)
         frozen = {"vision tower"} if cfg.freeze_vision else set()
         frozen |= {"audio tower"} if cfg.freeze_audio else set()
         for name, p in model.named_parameters():

@@ -55,7 +55,7 @@ class VisionAdapter(Adapter):
                 raise DataError(f"sample {example.id}: image not found: {image}") from None
             except Exception as err:  # PIL raises several types for bad files
                 raise DataError(f"sample {example.id}: cannot read image {image}: {err}") from None
-        if pil.width * pil.height < self.min_pixels and family.processor_kwargs.get("do_resize") is False:
+        if family.pixel_bounds and pil.width * pil.height < self.min_pixels:
             self.upscaled += 1
             if self.upscaled == 1:
                 sample = getattr(example, "id", "?")

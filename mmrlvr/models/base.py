@@ -53,6 +53,9 @@ class Family:
     image_token: ClassVar[str | None] = None
     video_token: ClassVar[str | None] = None
     audio_token: ClassVar[str | None] = None
+    pixel_bounds: ClassVar[bool] = False
+    """Images are resized within `model.min_pixels`..`max_pixels` (dynamic resolution); the
+    tiled families' processors size every image themselves."""
     image_marker: ClassVar[str | None] = None
     """What the chat template writes for one image (the processor expands it); default
     `image_token`."""

@@ -52,6 +52,7 @@ class QwenVL(Family):
                            image_patch_size=self.patch_size(processor))
 
     processor_kwargs = {"do_resize": False}
+    pixel_bounds = True
 
     def processor_images(self, per_sample: list[list[Any]]) -> list[Any] | None:
         """The `images` argument of the processor call: one flat list for the batch."""

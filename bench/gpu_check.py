@@ -37,7 +37,7 @@ What it prints, per configuration:
     snapshot before the first step, compared element by element after the last. With fp32
     masters this must be >= 99 % (PASS/FAIL). `--contrast` repeats the run with
     `model.param_dtype=bfloat16` (pure bf16: AdamW writes lr-sized updates into bf16 weights,
-    which round most of them away; DESIGN.md measured 98 % unchanged).
+    which round most of them away; measured: 98 % unchanged, docs/scale.md).
 
 When `trl` is installed: the same workload through TRL's GRPOTrainer (bf16 autocast over fp32
 weights, the same rewards, one optimizer step of 4 micro-batches per 64 rollouts), and the

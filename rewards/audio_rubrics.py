@@ -1,4 +1,4 @@
-"""AudioRubrics: self-evolving, audio-grounded rubric rewards (METHODS.md, "AudioRubrics").
+"""AudioRubrics: self-evolving, audio-grounded rubric rewards (docs/methods.md, "AudioRubrics").
 
 For each group of G rollouts of one prompt, every step:
 

@@ -1,4 +1,4 @@
-"""PIRL's dynamic trinary reward: format and content scored apart (METHODS.md, "PIRL").
+"""PIRL's dynamic trinary reward: format and content scored apart (docs/methods.md, "PIRL").
 
     r = 1       the answer is correct and the completion is well formatted
                 (`<think>…</think><answer>…</answer>`, `rewards.format.is_well_formatted`)

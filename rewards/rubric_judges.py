@@ -1,6 +1,6 @@
 """Rubric judges for AudioRubrics: one interface, a rule-based judge and an LLM judge.
 
-A judge does two things for one GRPO group (METHODS.md, "AudioRubrics"):
+A judge does two things for one GRPO group (docs/methods.md, "AudioRubrics"):
 
     evaluate(ctx, rubrics, max_new) -> (new rubrics, verdicts)
         sees the acoustic evidence, question, gold, the current rubrics and every rollout's

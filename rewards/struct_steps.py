@@ -1,4 +1,4 @@
-"""StructReward: dense process credit from step-labelled reference solutions (METHODS.md).
+"""StructReward: dense process credit from step-labelled reference solutions (docs/methods.md).
 
 No learned process reward model and no LLM judge: the completion's reasoning (its `<think>`
 part) is split into steps, and the steps are aligned to the example's reference `steps` with an
@@ -25,7 +25,7 @@ our reading of "well formatted": `rewards.format.is_well_formatted` — one non-
 block then one non-empty `<answer>` block (or a final `\\boxed{}`), nothing after it. Under
 either gate a wrong answer never scores above a correct one: the hard gate gives a wrong answer
 0, the soft gate at most λ < 1 against at least 1. The soft gate leaves `valid` out, as
-METHODS.md writes it: multiplying it in would let a tidy wrong answer outscore an untidy
+docs/methods.md writes it: multiplying it in would let a tidy wrong answer outscore an untidy
 correct one.
 
 When an example has no reference `steps`, r_proc = 0 and R reduces to valid·acc (soft: acc).
@@ -53,9 +53,9 @@ from rewards.format import is_well_formatted
 from rewards.verify import detect_kind, extract_answer, match
 
 REL_TOL = 1e-4
-"""Numeric matcher: relative tolerance between two numbers (METHODS.md)."""
+"""Numeric matcher: relative tolerance between two numbers (docs/methods.md)."""
 F1_MIN = 0.5
-"""Lexical matcher: least token F1 (METHODS.md)."""
+"""Lexical matcher: least token F1 (docs/methods.md)."""
 NUMERIC_MAX_WORDS = 2
 """A reference step is a computation (numeric matcher applies) with at most this many words."""
 MAX_STEPS = 64

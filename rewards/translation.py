@@ -11,7 +11,7 @@
                  colour 1 − ‖Δrgb‖/(255·√3), size max(0, 1 − |Δsize|/size_ref), weight 1 when
                  both or neither are bold
 
-λ (0.1, 0.3, 0.4, 0.2) by default (METHODS.md); set `weights: {format: .., ...}` in the config.
+λ (0.1, 0.3, 0.4, 0.2) by default (docs/methods.md); set `weights: {format: .., ...}` in the config.
 The patch is read from the completion's last `<answer>…</answer>` block, or the whole
 completion when it has no answer tag. An unparsable patch scores 0 on every component and is
 counted (`parse_fail` 1 in its dict, and `self.failures`). Boxes are compared in the reference's

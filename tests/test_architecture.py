@@ -1,4 +1,4 @@
-"""The layers DESIGN.md draws, checked: every import points down a layer, modalities and rewards
+"""The layers docs/architecture.md draws, checked: every import points down a layer, modalities and rewards
 never import each other, the training core finds adapters and rewards through their registries,
 no two modules import each other in a circle, and no source file outgrows one sitting.
 
@@ -28,7 +28,7 @@ LAYERS = {
 }
 CORE_MAY_IMPORT = {"modalities", "rewards", "rewards.verify", "mmrlvr.models"}
 """What layer 3 may import from layer 2: the registries (package roots: adapters, rewards, model
-families) and the verifier's public API (DESIGN.md: `rewards.verify.extract_answer` / `match`)."""
+families) and the verifier's public API (README, "The verifier": `rewards.verify.extract_answer` / `match`)."""
 MAX_LINES = 500
 
 

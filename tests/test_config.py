@@ -1,4 +1,4 @@
-"""Run config: METHODS.md defaults, YAML onto typed dataclasses, dotted overrides, loud errors."""
+"""Run config: docs/methods.md defaults, YAML onto typed dataclasses, dotted overrides, loud errors."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +9,7 @@ import pytest
 from mmrlvr.config import (AlgoConfig, Config, ConfigError, LoraConfig, ModelConfig, OptimConfig,
                            RolloutConfig, describe, load_config, save_config)
 
-# Names DESIGN.md fixes as the public config surface.
+# The public config surface: names the README and docs/grpo-step.md promise users.
 FIXED_KEYS = ["model.path", "data.train", "data.eval", "data.on_error", "rollout.backend",
               "rollout.group_size", "rollout.max_new_tokens", "rollout.temperature",
               "rollout.branching", "rewards", "algo.advantage", "algo.loss_agg", "algo.beta",

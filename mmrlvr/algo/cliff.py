@@ -1,6 +1,6 @@
 """Cliff — first-mistake token advantages.
 
-Seed paper "Cliff" (METHODS.md, further seeds: "Cliff first-mistake token advantages"): a
+Seed paper "Cliff" (docs/methods.md, further seeds: "Cliff first-mistake token advantages"): a
 teacher finds the first wrong step of a rollout; the tokens before it are credited as good,
 the tokens from it on carry the penalty. A wrong rollout stops punishing its sound opening.
 

@@ -1,7 +1,7 @@
 """Run configuration: YAML onto typed dataclasses, dotted overrides, loud unknown keys.
 
 Every field carries a one-line docstring (shown by `mmrlvr train --help-config`). Defaults are
-the values METHODS.md gives. Unknown keys are errors that name the key and the one meant, TRL's
+the values docs/methods.md gives. Unknown keys are errors that name the key and the one meant, TRL's
 and EasyR1's names included (`synonyms`). The pixel bounds and completion budget default to the
 model's own (`model_defaults`).
 """

@@ -1,5 +1,5 @@
 """Every config key: typed dataclasses whose fields carry a one-line docstring (shown by
-`mmrlvr train --help-config`, read back by `describe`). Defaults are the values METHODS.md gives."""
+`mmrlvr train --help-config`, read back by `describe`). Defaults are the values docs/methods.md gives."""
 from __future__ import annotations
 
 import dataclasses
@@ -203,7 +203,7 @@ class PWSDStageConfig:
     lr: float = 1e-4
     """Peak learning rate."""
     alpha: float = 1.0
-    """Gap sharpness in w_t = σ(α·gap_t) (METHODS.md)."""
+    """Gap sharpness in w_t = σ(α·gap_t) (docs/methods.md)."""
     max_rows: int = 16
     """Student rollouts distilled per step."""
     teacher: str = "live"

@@ -21,7 +21,7 @@ TRAIN_TEMPLATES: tuple[str, ...] = (
     "You are reading this scan as a radiologist. {question}",
     "Use the image to answer. {question}",
 )
-"""The training pool (~5 equivalent templates, METHODS.md "PIRL")."""
+"""The training pool (~5 equivalent templates, docs/methods.md "PIRL")."""
 
 HELDOUT_TEMPLATES: tuple[str, ...] = (
     "Answer this question about the scan: {question}",

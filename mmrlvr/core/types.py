@@ -1,4 +1,4 @@
-"""The typed hand-offs of one GRPO step (DESIGN.md, "How data flows"), the protocols the core
+"""The typed hand-offs of one GRPO step (docs/architecture.md, the data flow), the protocols the core
 calls modality adapters and rewards through, and the sample-wise slicing of batches."""
 from __future__ import annotations
 

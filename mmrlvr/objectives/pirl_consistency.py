@@ -13,7 +13,7 @@ the response are never perturbed. λ is the objective's `weight` in the config.
 (step_size 1: from the half-radius random start one ascent step lands on or near the bound), with the
 per-token bound ‖δ_t‖ ≤ r_t = ε·‖e_t‖ (e_t the token's clean embedding). Per token rather
 than one norm over the whole instruction, so no single word can take the whole budget and turn
-into a different word; ε 0.05 by default (METHODS.md).
+into a different word; ε 0.05 by default (docs/methods.md).
 
 Choices: the clean side π(·|x) is the target and carries no gradient (VAT's choice: the GRPO loss
 already trains the clean path; the regulariser only pulls the perturbed one towards it). Logits

@@ -5,7 +5,7 @@ source-language patch, `ImageTranslationAdapter.encode_privileged`); the student
 and the target language only. On the student's own rollouts y:
 
     gap_t = log π_T(y_t | x⁺, y<t) − log π_S(y_t | x, y<t)
-    w_t   = stopgrad(σ(α·gap_t))                                 α = 1 (METHODS.md, our choice)
+    w_t   = stopgrad(σ(α·gap_t))                                 α = 1 (docs/methods.md, our choice)
     L     = Σ_t w_t · KL(π_S(·| x, y<t) ‖ π_T(·| x⁺, y<t)) / Σ_t 1          (token mean, masked)
 
 so tokens the privileged teacher finds much likelier than the student does (where the source

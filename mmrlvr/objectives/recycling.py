@@ -1,4 +1,4 @@
-"""Rollout recycling (StructReward, METHODS.md): scored groups become supervised instances.
+"""Rollout recycling (StructReward, docs/methods.md): scored groups become supervised instances.
 
 After scoring, each group holding both a correct and a wrong rollout of one prompt yields
     (a) comparison pairs (correct y_w, wrong y_l). The comparison itself is trained

@@ -1,4 +1,4 @@
-"""NC-GRPO: latent-noise rollout branching (METHODS.md, "NC-GRPO").
+"""NC-GRPO: latent-noise rollout branching (docs/methods.md, "NC-GRPO").
 
 Part of every group is sampled from a displaced start: during the prefill pass only, Gaussian
 noise is added to the language model's hidden states at the prompt positions of the flagged

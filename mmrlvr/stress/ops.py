@@ -2,7 +2,7 @@
 
 An operator maps (example, the clean format instruction, seed) to a `Variant` (the rewritten
 example and the format instruction to use), or to None where it does not apply (an option
-shuffle on a yes/no question). Three kinds, reported apart (METHODS.md, "PIRL"):
+shuffle on a yes/no question). Three kinds, reported apart (docs/methods.md, "PIRL"):
 
     text    meaning-preserving prompt changes; their mean drop is the robustness figure
     image   pixel changes that leave the finding readable

@@ -2,7 +2,7 @@
 families drawn from a shifted distribution, and the `mmrlvr data shapes` entry that writes it
 (`--ood`).
 
-Why: NC-GRPO (latent-noise rollout branching, METHODS.md) claims its gains show out of domain;
+Why: NC-GRPO (latent-noise rollout branching, docs/methods.md) claims its gains show out of domain;
 on the CPU shapes task the in-distribution test split alone cannot show that. The shifts are our
 choice (the paper evaluates on other benchmarks, not on a shifted synthetic split):
 

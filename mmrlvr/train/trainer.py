@@ -1,6 +1,6 @@
 """The GRPO trainer: rollout → rewards → advantages → clipped-surrogate update, step after step.
 
-One step (DESIGN.md):
+One step (docs/grpo-step.md):
     Examples ─► adapter.encode ─► PromptBatch (B prompts, processed once)
       ─► engine.generate(n=G) ─► Rollouts (B·G completions, sample logprobs)
       ─► reward.score per group ─► rewards [B, G] ─► advantages [B, G]

@@ -147,7 +147,7 @@ def test_parquet_shard_dir_names_the_shard_and_row_of_a_bad_row(tmp_path):
     (["What is 2+2?", "Answer briefly."], "'prompt' is a list but not chat messages"),
     ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
       {"role": "user", "content": "c"}], "more than one user turn"),
-    ([{"role": "user", "content": [{"type": "video"}]}], "unsupported content part"),
+    ([{"role": "user", "content": [{"type": "document"}]}], "unsupported content part"),
     ("Count the <|image_pad|> here", "model token '<|image_pad|>'"),
 ])
 def test_prompts_that_cannot_be_read_are_errors_naming_the_row(tmp_path, prompt, fragment):

@@ -101,6 +101,12 @@ BAD = [
     (["data.max_audio_seconds=0"], "data.max_audio_seconds", "a finite number > 0", "got 0.0"),
     (["data.max_audio_seconds=.nan"], "data.max_audio_seconds", "a finite number > 0", "got nan"),
     (["data.eval_limit=-1"], "data.eval_limit", ">= 0", "got -1"),
+    (["data.max_video_seconds=0"], "data.max_video_seconds", "a finite number > 0", "got 0.0"),
+    (["data.video_fps=0"], "data.video_fps", "a finite number > 0", "got 0.0"),
+    (["data.video_fps=.nan"], "data.video_fps", "a finite number > 0", "got nan"),
+    (["data.max_frames=1"], "data.max_frames", ">= 2", "got 1"),
+    (["data.max_frames=15"], "data.max_frames", "must be an even number", "use 14 or 16"),
+    (["data.max_video_pixels=-1"], "data.max_video_pixels", ">= 0", "got -1"),
     (["sft.privileged_fraction=1.5"], "sft.privileged_fraction", "a finite number in [0, 1]",
      "got 1.5"),
     (["sft.pwsd.alpha=-1"], "sft.pwsd.alpha", "a finite number >= 0", "got -1.0"),
@@ -268,6 +274,8 @@ def test_real_cli_reports_all_problems_at_once(base):
      "algo.ppo_epochs=1", "model.min_pixels=3136", "model.max_pixels=3136", "sft.pwsd.steps=0",
      "sft.pwsd.group_size=1",
      "rewards=[{name: accuracy, weight: -1}, {name: format, weight: 1e-3}]"],
+    ["data.max_frames=2", "data.video_fps=0.5", "data.max_video_pixels=0",
+     "data.max_video_seconds=0.1"],
 ])
 def test_values_at_the_edges_of_their_ranges_are_accepted(base, overrides):
     load_config(base, overrides)

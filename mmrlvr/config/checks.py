@@ -83,6 +83,12 @@ RANGES: list[tuple[str, Bound, str]] = [
     ("data.max_image_pixels", AT_LEAST_1,
      "the largest image (width × height) accepted, e.g. 64000000"),
     ("data.max_audio_seconds", POSITIVE, "the longest audio clip accepted, e.g. 600"),
+    ("data.max_video_seconds", POSITIVE, "the longest video accepted, e.g. 600"),
+    ("data.video_fps", POSITIVE, "frames sampled per second of video, e.g. 2.0 (qwen-vl-utils')"),
+    ("data.max_frames", Bound(2), "the most frames sampled from one video, an even number such as "
+                                  "16 (Qwen-VL merges frames in pairs)"),
+    ("data.max_video_pixels", NON_NEGATIVE, "the largest frame area after resizing, e.g. 12544 "
+                                            "(112·112); 0 takes model.max_pixels"),
     ("rollout.group_size", Bound(2), "GRPO compares the completions of a group; use e.g. 4–16"),
     ("rollout.max_new_tokens", NON_NEGATIVE, "the longest completion in tokens, e.g. 64 (tiny "
                                              "CPU model) to 1024 or more (long reasoning); 0 "
@@ -269,6 +275,10 @@ def find_problems(cfg: Config) -> list[str]:
             and m.min_pixels > m.max_pixels:
         problems.append(f"config key 'model.min_pixels' ({m.min_pixels}) must be <= "
                         f"model.max_pixels ({m.max_pixels}): raise max_pixels or lower min_pixels")
+    frames = cfg.data.max_frames
+    if _is_number(frames) and frames >= 2 and frames % 2:
+        problems.append(f"config key 'data.max_frames' must be an even number, got {frames!r}: "
+                        f"Qwen-VL merges frames in pairs; use {int(frames) - 1} or {int(frames) + 1}")
     if cfg.sft.pwsd.steps > 0 and cfg.sft.pwsd.group_size < 2:
         problems.append(f"config key 'sft.pwsd.group_size' must be >= 2, got "
                         f"{cfg.sft.pwsd.group_size!r}: PWSD compares a group of student samples")

@@ -76,6 +76,14 @@ class DataConfig:
     """Largest image (width × height) accepted at load; bigger files are bad rows."""
     max_audio_seconds: float = 600.0
     """Longest audio clip accepted at load; longer clips are bad rows."""
+    max_video_seconds: float = 600.0
+    """Longest video accepted at load (by its header); longer videos are bad rows."""
+    video_fps: float = 2.0
+    """Frames sampled per second of video (qwen-vl-utils' fps)."""
+    max_frames: int = 16
+    """Most frames sampled from one video (an even number; longer videos are sampled sparser)."""
+    max_video_pixels: int = 0
+    """Largest frame area after resizing (0: model.max_pixels)."""
     columns: dict[str, str] = field(default_factory=dict)
     """Column of each Example field, e.g. {prompt: problem, answer: solution, images: image} (empty: detect TRL/EasyR1/ms-swift layouts)."""
 

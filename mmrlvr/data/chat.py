@@ -1,13 +1,14 @@
-"""Prompts as other trainers write them: a string with `<image>`/`<audio>` placeholders (TRL,
-EasyR1, ms-swift), or chat messages (`[{"role": "user", "content": ...}]`, content a string or a
-list of parts `{"type": "image"}`, `{"type": "text", "text": ...}`; ShareGPT's `from`/`value` too).
+"""Prompts as other trainers write them: a string with `<image>`/`<audio>`/`<video>` placeholders
+(TRL, EasyR1, ms-swift), or chat messages (`[{"role": "user", "content": ...}]`, content a string
+or a list of parts `{"type": "image"}`, `{"type": "video"}`, `{"type": "text", "text": ...}`;
+ShareGPT's `from`/`value` too).
 
 An `Example` holds the question as text and its media in order: the adapter builds the chat
 turn and inserts the model's own media tokens. Placeholders are counted (each one stands for the
 next image or clip). Where they all stand before the question (`<image>\nHow many…`, or image
 parts first) they are stripped: the media go first, as always. Where text comes before one of
 them ("Compare <image> and <image>: same colour?"), the question keeps them, as `<image>` /
-`<audio>`, and the adapter puts each medium where its marker stands. Literal model tokens are
+`<audio>` / `<video>`, and the adapter puts each medium where its marker stands. Literal model tokens are
 refused.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-TAGS = {"image": "<image>", "audio": "<audio>"}
+TAGS = {"image": "<image>", "audio": "<audio>", "video": "<video>"}
 """The placeholder each media kind has in TRL/EasyR1/ms-swift prompt text."""
 MODEL_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|AUDIO|>")
 """Qwen tokens the processor expands; in a prompt's text they would break the token count."""
@@ -31,9 +32,9 @@ class Prompt:
     """A prompt read from a row: the question text and what it says about media."""
 
     text: str
-    slots: dict[str, int] = field(default_factory=lambda: {"image": 0, "audio": 0})
+    slots: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TAGS, 0))
     """Media placeholders per kind (`<image>` tags and `{"type": "image"}` parts)."""
-    inline: dict[str, list[Any]] = field(default_factory=lambda: {"image": [], "audio": []})
+    inline: dict[str, list[Any]] = field(default_factory=lambda: {kind: [] for kind in TAGS})
     """Media carried by the parts themselves (`{"type": "image", "image": ...}`), in order."""
     system: str | None = None
     """The conversation's system turn, if it had one."""
@@ -121,7 +122,8 @@ def _role_key(message: dict) -> str | None:
 
 
 def _parts(content: Any, column: str) -> list[tuple[str, Any]]:
-    """A turn's content as (kind, value) parts: ("text", str), ("image"|"audio", item or None)."""
+    """A turn's content as (kind, value) parts: ("text", str), ("image"|"audio"|"video", item or
+    None)."""
     if content is None:
         return []
     if isinstance(content, str):
@@ -138,14 +140,14 @@ def _parts(content: Any, column: str) -> list[tuple[str, Any]]:
             continue
         kind = part.get("type") if isinstance(part, dict) else None
         if isinstance(part, dict) and kind is None:     # {"text": ...} / {"image": ...} alone
-            kind = next((k for k in ("text", "image", "audio") if part.get(k) is not None), None)
+            kind = next((k for k in ("text", *TAGS) if part.get(k) is not None), None)
         if kind == "text":
             out.append(("text", part.get("text") or ""))
         elif kind in TAGS:
             out.append((kind, part.get(kind)))
         else:
             raise ValueError(f"'{column}': unsupported content part {_short(part)} "
-                             "(text, image and audio parts are)")
+                             "(text, image, audio and video parts are)")
     return out
 
 
@@ -167,8 +169,8 @@ def _from_parts(parts: list[tuple[str, Any]]) -> Prompt:
     for token in MODEL_TOKENS:
         if token in text:
             raise ValueError(f"the prompt holds the model token {token!r}; write <image> (or "
-                             "<audio>) where a medium goes, or nothing: the adapter inserts the "
-                             "model's own tokens")
+                             "<audio>, <video>) where a medium goes, or nothing: the adapter "
+                             "inserts the model's own tokens")
     for kind, tag in TAGS.items():
         prompt.slots[kind] = text.count(tag)
     if not interleaved(text):
@@ -187,7 +189,7 @@ def interleaved(text: str) -> bool:
 
 
 def split_at_markers(text: str) -> list[tuple[str, str]]:
-    """`text` as ("text", piece) and ("image"|"audio", tag) parts, in order."""
+    """`text` as ("text", piece) and ("image"|"audio"|"video", tag) parts, in order."""
     kinds = {tag: kind for kind, tag in TAGS.items()}
     out, start = [], 0
     for m in MARKER.finditer(text):

@@ -3,11 +3,12 @@
 A layout maps each field to the columns that may hold it (the first one present and not null in
 a row wins). With `data.columns` empty, the layout is told from the column names:
 
-- `prompt` and nothing but Example fields (`id prompt answer images audios choices steps
-  reasoning meta`): mmrlvr's own JSONL. Strict: any other column is an error (a typo such as
+- `prompt` and nothing but Example fields (`id prompt answer images audios videos choices
+  steps reasoning meta`): mmrlvr's own JSONL. Strict: any other column is an error (a typo such as
   `imgaes` must not vanish into `meta`).
 - `prompt` and other columns: TRL. `prompt` is text or chat messages; the answer is `answer`,
-  else `solution`, else `ground_truth`; media are `images`/`image` and `audios`/`audio`.
+  else `solution`, else `ground_truth`; media are `images`/`image`, `audios`/`audio` and
+  `videos`/`video`.
 - `messages` (or ShareGPT's `conversations`), no `prompt`: ms-swift. The user turn is the prompt;
   the assistant turn is the gold answer (its `<answer>` part when tagged, the `<think>` part
   becoming `reasoning`), or the reasoning when an answer column (`solution`, ...) is there.
@@ -21,7 +22,11 @@ reward functions); a chat prompt's system turn is kept as `meta["system"]`.
 
 Media may be paths (relative to the data's dir), `{"bytes", "path"}` dicts (datasets' Image and
 Audio storage), raw bytes, PIL images, arrays, or `{"array", "sampling_rate"}` dicts; in-dataset
-images stay in memory as PIL images (decoded when used), audio becomes `(array, rate)`.
+images stay in memory as PIL images (decoded when used), audio becomes `(array, rate)`. A video is
+a file or a folder of frames (a path), a list of frames (each a path, PIL image, array or image
+bytes: a list inside the row's list of videos), or the encoded bytes of a file, kept as bytes
+(decoded when used, `mmrlvr.data.video`) or, in a layout that writes media files, written beside
+the data.
 """
 from __future__ import annotations
 
@@ -38,14 +43,14 @@ from mmrlvr.data.chat import (TAGS, Prompt, answer_and_reasoning, read_prompt, r
 from mmrlvr.data.media import audio_from_bytes, image_from_bytes
 from mmrlvr.data.rows import DataError, Example, _media_path, gold_answer, row_error
 
-NATIVE_FIELDS = ("id", "prompt", "answer", "images", "audios", "choices", "steps", "reasoning",
-                 "meta")
-MAPPABLE = ("id", "prompt", "messages", "answer", "images", "audios", "choices", "steps",
+NATIVE_FIELDS = ("id", "prompt", "answer", "images", "audios", "videos", "choices", "steps",
+                 "reasoning", "meta")
+MAPPABLE = ("id", "prompt", "messages", "answer", "images", "audios", "videos", "choices", "steps",
             "reasoning")
 """The keys `data.columns` accepts: Example fields, and `messages` for a conversation column."""
 _COMMON = {"id": ("id",), "answer": ("answer", "solution", "ground_truth"),
            "images": ("images", "image"), "audios": ("audios", "audio"),
-           "choices": ("choices",), "steps": ("steps",), "reasoning": ("reasoning",)}
+           "videos": ("videos", "video"), "choices": ("choices",), "steps": ("steps",), "reasoning": ("reasoning",)}
 
 
 @dataclass(frozen=True)
@@ -64,8 +69,8 @@ class Layout:
     reasoning_from_steps: bool = False
     """The reference steps, one per line, also serve as `reasoning`."""
     media_files: bool = False
-    """In-dataset image bytes are written to files beside the data (geo3k's way) instead of
-    staying in memory."""
+    """In-dataset image and video bytes are written to files beside the data (geo3k's way)
+    instead of staying in memory."""
 
     def describe(self) -> str:
         """`NAME (prompt <- problem, answer <- answer, ...)`, for messages."""
@@ -208,7 +213,7 @@ def build_example(row: Any, layout: Layout, place: RowPlace, *, allow_outside: b
     if prompt.system:
         meta.setdefault("system", prompt.system)
     return Example(id=rid, prompt=prompt.text, answer=answer, images=media["image"],
-                   audios=media["audio"], choices=choices, steps=steps, reasoning=reasoning,
+                   audios=media["audio"], videos=media["video"], choices=choices, steps=steps, reasoning=reasoning,
                    meta=meta, chat=prompt.chat), converted
 
 
@@ -277,7 +282,7 @@ def _strings(col: str | None, value: Any, bad) -> list[str] | None:
 def _media(kind: str, taken: tuple[str | None, Any], prompt: Prompt, layout: Layout,
            place: RowPlace, bad, *, read_media: bool, allow_outside: bool,
            media_dir: Path | None) -> list[Any]:
-    """A row's images or audios, in order: the media column's or the prompt parts' own,
+    """A row's images, audios or videos, in order: the media column's or the prompt parts' own,
     matched against the prompt's placeholders."""
     col, value = taken
     if value is None:
@@ -309,9 +314,13 @@ def _media(kind: str, taken: tuple[str | None, Any], prompt: Prompt, layout: Lay
 
 def _item(kind: str, item: Any, k: int, col: str, place: RowPlace, allow_outside: bool,
           media_dir: Path | None) -> Any:
-    """One medium as the adapters take it: a checked path, a PIL image, an (array, rate) pair."""
+    """One medium as the adapters take it: a checked path, a PIL image, an (array, rate) pair,
+    a video (`_video_item`)."""
     import numpy as np
     from PIL import Image
+
+    if kind == "video":
+        return _video_item(item, k, col, place, allow_outside, media_dir)
 
     if isinstance(item, dict):
         if kind == "audio" and item.get("array") is not None:
@@ -339,9 +348,54 @@ def _item(kind: str, item: Any, k: int, col: str, place: RowPlace, allow_outside
                         else "an {array, sampling_rate} object or an (array, rate) pair)"))
 
 
-def _write_media(data: bytes, media_dir: Path) -> str:
+def _video_item(item: Any, k: int, col: str, place: RowPlace, allow_outside: bool,
+                media_dir: Path | None) -> Any:
+    """A video: a checked path (file or frame folder), a frame list (paths checked, in-memory
+    frames as PIL images), or encoded bytes (kept, or written to `media_dir`)."""
+    import numpy as np
+    from PIL import Image
+
+    if isinstance(item, dict):
+        item = item.get("bytes") if item.get("bytes") is not None else item.get("path")
+    if isinstance(item, (str, os.PathLike)):
+        return _media_path(str(item), place.base_dir, "video", allow_outside)
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        data = bytes(item)
+        if media_dir is None:
+            return data
+        from mmrlvr.data.video import container_suffix
+
+        try:
+            return _write_media(data, media_dir, container_suffix(data))
+        except ValueError as err:                  # a predicate: "cannot be opened as a video"
+            raise ValueError(f"video {k} in '{col}' ({len(data)} bytes) {err}") from None
+    if isinstance(item, np.ndarray) and item.ndim == 4:
+        item = list(item)
+    if not isinstance(item, (list, tuple)) or not item:
+        raise ValueError(f"video {k} in '{col}' is {type(item).__name__}: expected a path (a "
+                         "video file or a folder of frames), a non-empty list of frames or the "
+                         "encoded bytes of a video")
+    frames = []
+    for j, frame in enumerate(item):
+        if isinstance(frame, dict):
+            frame = frame.get("bytes") if frame.get("bytes") is not None else frame.get("path")
+        if isinstance(frame, (str, os.PathLike)):
+            frames.append(_media_path(str(frame), place.base_dir, "video frame", allow_outside))
+        elif isinstance(frame, (bytes, bytearray, memoryview)):
+            frames.append(image_from_bytes(bytes(frame), f"frame {j} of video {k} in '{col}'"))
+        elif isinstance(frame, Image.Image):
+            frames.append(frame)
+        elif isinstance(frame, np.ndarray):
+            frames.append(Image.fromarray(frame))
+        else:
+            raise ValueError(f"frame {j} of video {k} in '{col}' is {type(frame).__name__}: "
+                             "expected an image path, image bytes, a PIL image or an array")
+    return frames
+
+
+def _write_media(data: bytes, media_dir: Path, suffix: str = ".png") -> str:
     # named by content, so a replaced dataset never reuses stale files
-    out = media_dir / f"{hashlib.sha1(data).hexdigest()[:16]}.png"
+    out = media_dir / f"{hashlib.sha1(data).hexdigest()[:16]}{suffix}"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)

@@ -144,7 +144,8 @@ def _load_table(source: TableSource, layout: Layout, allow_outside: bool, on_err
         _record(report, source.label, len(kept), skipped, converted)
         return [ex for _, ex in kept]
     names = source.table.column_names
-    media = [c for f in ("images", "audios") for c in layout.columns.get(f, ()) if c in names]
+    media = [c for f in ("images", "audios", "videos") for c in layout.columns.get(f, ())
+             if c in names]
     counts = {c: source.counts(c) for c in media}
 
     def fill(pos: int, row: dict) -> None:
@@ -175,13 +176,14 @@ def _load_table(source: TableSource, layout: Layout, allow_outside: bool, on_err
 def load_dataset(spec: str | Path, *, on_error: str = "raise", report: LoadReport | None = None,
                  allow_outside: bool = False, max_image_pixels: int = 64_000_000,
                  max_audio_seconds: float = 600.0, check_media: bool = True,
-                 columns: dict[str, str] | None = None,
-                 lazy: bool | None = None) -> list[Example] | LazySplit:
+                 columns: dict[str, str] | None = None, lazy: bool | None = None,
+                 max_video_seconds: float = 600.0) -> list[Example] | LazySplit:
     """Load a dataset spec: a file, a dir or `PATH@SPLIT` (`mmrlvr.data.sources`), optionally
     prefixed `layout:` for a named layout (`LAYOUTS`); `columns` is `data.columns`.
 
-    Every row is checked now: answers, and each image/audio (files inside the data's dir unless
-    `allow_outside`; decodable; at most `max_image_pixels` / `max_audio_seconds`).
+    Every row is checked now: answers, and each image/audio/video (files inside the data's dir
+    unless `allow_outside`; decodable; at most `max_image_pixels` / `max_audio_seconds` /
+    `max_video_seconds`).
     `check_media=False` keeps only the path and existence checks. Bad rows raise `DataError`,
     or with `on_error="skip"` are dropped and recorded in `report`. `lazy` serves an Arrow or
     parquet dataset as a `LazySplit` (None: when its files pass `LAZY_BYTES`).
@@ -195,7 +197,8 @@ def load_dataset(spec: str | Path, *, on_error: str = "raise", report: LoadRepor
         raise DataError(f"unknown dataset layout {name!r} in {spec!r}; known: {sorted(LAYOUTS)}")
     source = open_source(rest if base is not None else spec, lazy)
     report = report if report is not None else LoadReport()
-    limits = MediaLimits(allow_outside, max_image_pixels, max_audio_seconds, check_media)
+    limits = MediaLimits(allow_outside, max_image_pixels, max_audio_seconds, check_media,
+                         max_video_seconds)
     if isinstance(source, JsonSource):
         examples = _load_json(source, base, columns, allow_outside, on_error, report, limits)
     else:
@@ -209,7 +212,8 @@ def load_dataset(spec: str | Path, *, on_error: str = "raise", report: LoadRepor
 def load_jsonl(path: str | Path, *, on_error: str = "raise", report: LoadReport | None = None,
                allow_outside: bool = False, max_image_pixels: int = 64_000_000,
                max_audio_seconds: float = 600.0, check_media: bool = True,
-               columns: dict[str, str] | None = None) -> list[Example]:
+               columns: dict[str, str] | None = None,
+               max_video_seconds: float = 600.0) -> list[Example]:
     """Read a JSONL (or JSON) file; unlike `load_dataset`, an empty file gives []. The options
     are `load_dataset`'s."""
     if on_error not in ("raise", "skip"):
@@ -217,7 +221,8 @@ def load_jsonl(path: str | Path, *, on_error: str = "raise", report: LoadReport 
     path = Path(path)
     if not path.is_file():
         raise DataError(f"dataset file not found: {path}")
-    limits = MediaLimits(allow_outside, max_image_pixels, max_audio_seconds, check_media)
+    limits = MediaLimits(allow_outside, max_image_pixels, max_audio_seconds, check_media,
+                         max_video_seconds)
     return _load_json(JsonSource(str(path), [path], path.parent), None, columns, allow_outside,
                       on_error, report if report is not None else LoadReport(), limits)
 
@@ -248,6 +253,7 @@ def load_split(data_cfg: DataConfig, which: str, report: LoadReport | None = Non
                             allow_outside=data_cfg.allow_outside,
                             max_image_pixels=data_cfg.max_image_pixels,
                             max_audio_seconds=data_cfg.max_audio_seconds,
+                            max_video_seconds=data_cfg.max_video_seconds,
                             columns=dict(data_cfg.columns or {}))
     if which == "eval" and data_cfg.eval_limit:
         examples = examples[:data_cfg.eval_limit]
@@ -260,8 +266,9 @@ def write_jsonl(examples: Iterable[Example], path: str | Path, *,
 
     A file outside the JSONL's dir stays an absolute path (loading it then needs
     `allow_outside`), unless `copy_media_to` names a sub-dir: such files are then linked or
-    copied there, named by content, so the written dataset is self-contained. In-memory media
-    (PIL images, (array, rate) clips) are saved there as PNG / WAV files; without
+    copied there, named by content, so the written dataset is self-contained (a frame folder:
+    its frames, into a folder of their own). In-memory media (PIL images, (array, rate) clips,
+    a video's frames or bytes) are saved there as PNG / WAV files / the video's own file; without
     `copy_media_to` they are an error.
     """
     path = Path(path)
@@ -274,6 +281,8 @@ def write_jsonl(examples: Iterable[Example], path: str | Path, *,
                 items = getattr(ex, key)
                 if items:
                     row[key] = [_written(item, base, copy_media_to, ex.id) for item in items]
+            if ex.videos:
+                row["videos"] = [_written_video(v, base, copy_media_to, ex.id) for v in ex.videos]
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
@@ -300,6 +309,45 @@ def _written(item: Any, base: Path, copy_to: str | None, sample: str) -> str:
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(data)
+    return str(dest.relative_to(base))
+
+
+def _written_video(item: Any, base: Path, copy_to: str | None, sample: str) -> str | list[str]:
+    """A video as a written row holds it: a path (file or frame folder) or a list of frame
+    paths; encoded bytes are saved under `copy_to` as the file they are."""
+    if isinstance(item, (str, os.PathLike)) and Path(item).is_dir():
+        return _relative_folder(Path(item), base, copy_to)
+    if isinstance(item, (str, os.PathLike)):
+        return _relative(Path(item), base, copy_to)
+    if isinstance(item, (list, tuple)):
+        return [_written(frame, base, copy_to, sample) for frame in item]
+    if isinstance(item, (bytes, bytearray)) and copy_to is not None:
+        from mmrlvr.data.video import container_suffix
+
+        data = bytes(item)
+        dest = base / copy_to / f"{hashlib.sha1(data).hexdigest()[:16]}{container_suffix(data)}"
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        return str(dest.relative_to(base))
+    raise DataError(f"sample {sample}: an in-memory video ({type(item).__name__}) has no path to "
+                    "write; pass copy_media_to (a sub-dir to save media in)")
+
+
+def _relative_folder(src: Path, base: Path, copy_to: str | None) -> str:
+    """A frame folder's path relative to `base`, or its frames copied under `copy_to`."""
+    from mmrlvr.data.video import folder_frames
+
+    src = src.resolve()
+    if src.is_relative_to(base) or copy_to is None:
+        return str(src.relative_to(base)) if src.is_relative_to(base) else str(src)
+    frames = [Path(f) for f in folder_frames(src)]
+    digest = hashlib.sha1(b"".join(hashlib.sha1(f.read_bytes()).digest() for f in frames))
+    dest = base / copy_to / digest.hexdigest()[:16]
+    if not dest.exists():
+        dest.mkdir(parents=True)
+        for f in frames:
+            shutil.copyfile(f, dest / f.name)
     return str(dest.relative_to(base))
 
 

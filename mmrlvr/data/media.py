@@ -1,8 +1,9 @@
 """Media: reading audio clips, in-dataset media (encoded image bytes kept as PIL images that decode
-when used, audio bytes decoded to arrays), and the checks every image and audio of a split passes
-when it loads (exists, decodes, within the size limits; an image's size is read from its header
-before it is decoded, so a decompression bomb is refused unopened) or, in a lazy split, when it
-is drawn (`access_problem`)."""
+when used, audio bytes decoded to arrays), and the checks every image, audio and video of a split
+passes when it loads (exists, decodes, within the size limits; an image's size is read from its
+header before it is decoded, so a decompression bomb is refused unopened; a video's length is its
+header's, `mmrlvr.data.video.video_problem`) or, in a lazy split, when it is drawn
+(`access_problem`)."""
 from __future__ import annotations
 
 import contextlib
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from mmrlvr.data.rows import DataError, Example
+from mmrlvr.data.video import video_problem
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class MediaLimits:
     """Longest audio clip."""
     decode: bool = True
     """Open and decode every file (False: only the path and existence checks)."""
+    max_video_seconds: float = 600.0
+    """Longest video, by its header (last, so the positional constructions above still hold)."""
 
 
 def _mp(pixels: int) -> str:
@@ -93,7 +97,9 @@ def _audio_length_problem(where: str, seconds: float, max_seconds: float) -> str
 
 
 def _check_file(kind: str, path: str, limits: MediaLimits) -> str | None:
-    """The problem with one media file, or None when it is usable."""
+    """The problem with one media file (a video: or frame folder), or None when it is usable."""
+    if kind == "video":
+        return video_problem(path, max_seconds=limits.max_video_seconds)
     try:
         size = os.path.getsize(path)
     except OSError as err:
@@ -107,8 +113,12 @@ def _check_file(kind: str, path: str, limits: MediaLimits) -> str | None:
 
 def _check_in_memory(kind: str, item: Any, limits: MediaLimits) -> str | None:
     """Checks for media already in memory: PIL images (those still encoded, as read from a
-    dataset's bytes, are decoded on a copy), arrays, (array, rate) pairs."""
+    dataset's bytes, are decoded on a copy), arrays, (array, rate) pairs, videos as encoded
+    bytes or frame lists."""
     import numpy as np
+
+    if kind == "video":
+        return video_problem(item, max_seconds=limits.max_video_seconds, decode=limits.decode)
 
     if kind == "image":
         from PIL import Image
@@ -176,11 +186,17 @@ def audio_from_bytes(data: bytes, what: str) -> tuple[np.ndarray, int]:
 
 def access_problem(ex: Example, limits: MediaLimits) -> str | None:
     """The checks a row of a lazy split passes when it is drawn: files exist and are within the
-    size limit (read from the header; the adapter reports a file that then fails to decode,
-    naming the sample); in-memory images are decoded in place, once, as the adapter would."""
+    size limit (read from the header: pixels, a video's length; the adapter reports a file that
+    then fails to decode, naming the sample); in-memory images are decoded in place, once, as
+    the adapter would; in-memory videos open and are within the length limit."""
     from PIL import Image
 
     for kind, item in _media_items(ex):
+        if kind == "video":
+            problem = video_problem(item, max_seconds=limits.max_video_seconds, decode=False)
+            if problem:
+                return problem
+            continue
         if _is_file_ref(item):
             if not os.path.isfile(item):
                 return f"{kind} not found: {item}"
@@ -207,6 +223,7 @@ def access_problem(ex: Example, limits: MediaLimits) -> str | None:
 def _media_items(ex: Example) -> Iterator[tuple[str, Any]]:
     yield from (("image", item) for item in ex.images)
     yield from (("audio", item) for item in ex.audios)
+    yield from (("video", item) for item in ex.videos)
 
 
 def _is_file_ref(item: Any) -> bool:

@@ -43,6 +43,8 @@ class Example:
     """Image paths (absolute once loaded) or PIL images, in prompt order."""
     audios: list[Any] = field(default_factory=list)
     """Audio paths or (array, sample_rate) pairs."""
+    videos: list[Any] = field(default_factory=list)
+    """Video paths (files or frame folders), frame lists, or encoded bytes, in prompt order."""
     choices: list[str] | None = None
     """Option texts for multiple choice, in letter order (A, B, ...)."""
     steps: list[str] | None = None
@@ -59,10 +61,19 @@ class Example:
         row = asdict(self)
         row["images"] = [str(p) for p in self.images]
         row["audios"] = [str(p) for p in self.audios if isinstance(p, (str, Path))]
+        row["videos"] = [_video_json(v) for v in self.videos if _video_json(v) is not None]
         if row.pop("chat"):                       # written back as the chat it was read from
             row["prompt"] = [{"role": "user", "content": self.prompt}]
         return {k: v for k, v in row.items() if v not in (None, [], {})}
 
+
+def _video_json(video: Any) -> str | list[str] | None:
+    """A video as JSON: its path, or its frames' paths; None for one held in memory."""
+    if isinstance(video, (str, Path)):
+        return str(video)
+    if isinstance(video, (list, tuple)) and video and all(isinstance(f, (str, Path)) for f in video):
+        return [str(f) for f in video]
+    return None
 
 
 def gold_answer(value: Any) -> tuple[str, bool]:
@@ -82,7 +93,8 @@ def gold_answer(value: Any) -> tuple[str, bool]:
 
 
 def _media_path(item: str, base_dir: Path, kind: str, allow_outside: bool) -> str:
-    """`item` resolved against `base_dir`; ValueError if it leads outside it or is missing."""
+    """`item` resolved against `base_dir`; ValueError if it leads outside it or is missing (a
+    video may be a folder of frames)."""
     raw = Path(item)
     how = "set data.allow_outside=true to accept it"
     if raw.is_absolute() and not allow_outside:
@@ -92,7 +104,7 @@ def _media_path(item: str, base_dir: Path, kind: str, allow_outside: bool) -> st
     if not allow_outside and not path.resolve().is_relative_to(base_dir.resolve()):
         raise ValueError(f"{kind} path {item!r} leads outside the data file's dir {base_dir} "
                          f"(to {path.resolve()}; {how})")
-    if not path.is_file():
+    if not path.is_file() and not (kind == "video" and path.is_dir()):
         raise ValueError(f"{kind} not found: {path}")
     return str(path)
 

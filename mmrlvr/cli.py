@@ -342,7 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     from mmrlvr.tasks import TASKS
 
     d.add_argument("task", choices=TASKS.names(),
-                   help="shapes, medvqa (vision), tones (audio), banners (image translation)")
+                   help="shapes, medvqa (vision), tones (audio), banners (image translation), "
+                        "motion (video; --image-size 56 for CPU-sized clips)")
     d.add_argument("--out", required=True, help="output dir (train.jsonl, test.jsonl, images/)")
     d.add_argument("--n-train", type=int, default=2000)
     d.add_argument("--n-test", type=int, default=200)

@@ -42,5 +42,6 @@ TASKS.register("shapes", "mmrlvr.tasks.shapes_ood:TASK")   # shapes.py + --ood
 TASKS.register("medvqa", "mmrlvr.tasks.medvqa:TASK")
 TASKS.register("tones", "mmrlvr.tasks.tones:TASK")
 TASKS.register("banners", "mmrlvr.tasks.banners:TASK")
+TASKS.register("motion", "mmrlvr.tasks.motion:TASK")
 
 __all__ = ["TASKS", "Task", "TaskOptions"]

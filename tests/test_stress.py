@@ -16,10 +16,12 @@ from mmrlvr.core.stats import mcnemar_exact
 from mmrlvr.stress.run import paired_metrics, run_stress, summarize, write_report
 from mmrlvr.stress import OPERATORS, apply, gold_index
 from mmrlvr.stress.ops import FORMAT_INSTRUCTIONS, PARAPHRASES, gold_preserved, paraphrase
+from mmrlvr.stress.ops_video import operators as video_operators
 from mmrlvr.core.templates import HELDOUT_TEMPLATES, split_options
 from rewards.verify import extract_answer, match
 
 FMT = FORMAT_INSTRUCTIONS[0]
+VIDEO_OPS = set(video_operators())
 HAND = [
     Example(id="h1", prompt="Which lobe is involved?\nA. upper\nB. lower\nC. middle", answer="upper",
             choices=["upper", "lower", "middle"]),                 # gold given as option text
@@ -82,7 +84,8 @@ def test_every_operator_keeps_the_gold_or_is_marked_task_altering(med):
                 assert variant.format_prompt in FORMAT_INSTRUCTIONS and variant.format_prompt != FMT
             else:
                 assert variant.format_prompt == FMT
-    assert set(applied) == {n for n, op in OPERATORS.items() if op.kind != "audio"}
+    assert set(applied) == {n for n, op in OPERATORS.items()
+                            if op.kind != "audio" and n not in VIDEO_OPS}   # no audio, no video
     mc = sum(1 for ex in med + HAND if ex.choices)
     assert applied["option_shuffle"] == applied["mc_to_open"] == mc - 1    # h2 lists no options
     assert applied["gaussian_noise"] == len(med)                           # h* have no image
@@ -130,7 +133,8 @@ class _Scripted:
 
 
 def test_report_numbers_recompute_from_its_raw_predictions(tmp_path, med):
-    ops = [n for n, op in OPERATORS.items() if op.kind != "audio"]    # this data has no audio
+    ops = [n for n, op in OPERATORS.items()                            # this data has no audio
+           if op.kind != "audio" and n not in VIDEO_OPS]                 # and no video
     scripted = _Scripted()
     records = run_stress(scripted, scripted, med[:22] + HAND, ops, format_prompt=FMT, batch_size=7,
                          progress=False)
@@ -204,3 +208,62 @@ def test_a_run_dir_brings_its_prompts_and_a_hub_id_nothing(tmp_path, monkeypatch
     assert find_run_config(run / "checkpoints" / "step-2") == (run / "checkpoints" / "step-2", cfg)
     monkeypatch.chdir(run)                                   # a stray config.yaml in the cwd
     assert find_run_config("Qwen/Qwen2.5-VL-7B-Instruct")[1] == {}
+
+
+# --- video operators --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    from mmrlvr.tasks.motion import make_motion
+
+    out = tmp_path_factory.mktemp("motion-stress")
+    make_motion(out, n_train=0, n_test=6, seed=1)              # two rows of each family
+    return load_jsonl(out / "test.jsonl")
+
+
+def _edges(frames) -> list[bytes]:
+    return [f.tobytes() for f in frames]
+
+
+def test_frame_drop_keeps_the_gold_order_and_ends_and_skips_counting_rows(clips):
+    from mmrlvr.data import read_video
+
+    op = OPERATORS["frame_drop"]
+    for ex in clips:
+        variant = apply(op, ex, FMT, seed=0)
+        if ex.meta["needs_every_frame"]:                       # blink, appear: a frame may matter
+            assert variant is None, ex.id
+            continue
+        new = variant.example
+        assert new.answer == ex.answer and gold_preserved(ex, new) and new.prompt == ex.prompt
+        full = read_video(ex.videos[0], fps=4.0).frames
+        kept = new.videos[0]
+        assert len(kept) == 6 and kept[0].tobytes() == full[0].tobytes()
+        assert kept[-1].tobytes() == full[-1].tobytes()
+        where = [_edges(full).index(f.tobytes()) for f in kept]
+        assert where == sorted(where)                          # order kept
+        again = apply(op, ex, FMT, seed=0).example.videos[0]
+        assert _edges(again) == _edges(kept)                   # seeded
+        assert len(read_video(kept).frames) == 6               # the adapter can read it back
+    assert apply(op, HAND[2], FMT) is None                     # no video
+
+
+def test_frame_order_reverses_and_remaps_the_gold_or_skips(clips):
+    from mmrlvr.data import read_video
+    from mmrlvr.tasks.motion import OPPOSITE
+
+    op = OPERATORS["frame_order"]
+    assert op.kind == "video" and op.changes_gold              # it changes what the clip shows
+    seen = Counter()
+    for ex in clips:
+        variant = apply(op, ex, FMT, seed=0)
+        family = ex.meta["family"]
+        if family == "appear":                                 # nothing appears backwards
+            assert variant is None
+            continue
+        seen[family] += 1
+        new = variant.example
+        full = read_video(ex.videos[0], fps=4.0).frames
+        assert _edges(new.videos[0]) == _edges(full[::-1])
+        assert new.answer == (OPPOSITE[ex.answer] if family == "direction" else ex.answer)
+    assert seen == {"direction": 2, "blink": 2}

@@ -11,7 +11,7 @@ Per operator, on the rows it applies to and paired with the same rows' clean ans
 
 Each figure is given for all rows and, kept apart, for closed (yes/no, multiple choice) and open
 questions, grouped by the clean question's `meta.answer_type` (else: closed when the gold is
-yes/no or a choice). Text operators' mean drop is the robustness figure; image, audio and
+yes/no or a choice). Text operators' mean drop is the robustness figure; image, audio, video and
 task-altering operators are reported separately. `--out` gets `report.json` (settings, every
 figure and every raw prediction, from which `summarize` recomputes all figures), `report.md`
 and `stress.png`.
@@ -29,11 +29,12 @@ from tqdm.auto import tqdm
 from mmrlvr.data import Example
 from mmrlvr.rollout.base import SamplingParams
 from mmrlvr.stress import OPERATORS, apply
+from mmrlvr.stress.ops_video import operators as video_operators
 from mmrlvr.core.templates import HELDOUT_TEMPLATES
 from mmrlvr.core.stats import mcnemar_exact
 from rewards.verify import detect_kind, extract_answer, match
 
-KINDS = ("text", "image", "audio", "task")
+KINDS = ("text", "image", "audio", "video", "task")
 SUBSETS = ("all", "closed", "open")
 
 
@@ -162,7 +163,7 @@ def write_report(out_dir: str | Path, report: dict[str, Any]) -> Path:
              "| accuracy | " + " | ".join(_fmt(figs["clean"][s]["accuracy"], ".3f") for s in SUBSETS) + " |",
              "| n | " + " | ".join(str(figs["clean"][s]["n"]) for s in SUBSETS) + " |", ""]
     titles = {"text": "Prompt operators (robustness figure)", "image": "Image operators",
-              "audio": "Audio operators",
+              "audio": "Audio operators", "video": "Video operators",
               "task": "Task-altering operators (not part of the robustness figure)"}
     for kind in KINDS:
         names = [n for n, e in figs["ops"].items() if e["kind"] == kind]
@@ -240,13 +241,16 @@ def stress(model: str, data: str, out: str, ops: list[str] | None = None, *, mod
     fmt = format_prompt if format_prompt is not None else rc_data.get("format_prompt", "")
     system = system_prompt if system_prompt is not None else rc_data.get("system_prompt", "")
     skip = "image" if mcfg.modality == "audio" else "audio"     # media the data cannot have
-    ops = list(ops or [n for n, op in OPERATORS.items() if op.kind != skip])
-    unknown = [o for o in ops if o not in OPERATORS]
+    chosen = list(ops or [n for n, op in OPERATORS.items() if op.kind != skip])
+    unknown = [o for o in chosen if o not in OPERATORS]
     if unknown:
         raise ConfigError(f"unknown stress operators {unknown}; known: {list(OPERATORS)}")
     examples = load_any(data)
     if limit:
         examples = examples[:limit]
+    if not ops and not any(ex.videos for ex in examples):      # the default set: no video ops
+        chosen = [n for n in chosen if n not in video_operators()]
+    ops = chosen
     adapter = modalities.get(mcfg.modality, min_pixels=mcfg.min_pixels, max_pixels=mcfg.max_pixels)
     policy = Policy.load(mcfg, adapter, pick_device(device))
     records = run_stress(policy, make_engine("hf", policy), examples, ops, format_prompt=fmt,

@@ -67,8 +67,9 @@ class Adapter:
             for kind, piece in split_at_markers(question):
                 if kind == "text":
                     content.append({"type": "text", "text": piece})
-                elif queue and queue[0]["type"] == kind:
-                    content.append(queue.pop(0))
+                elif any(item["type"] == kind for item in queue):   # the next one of its kind
+                    content.append(queue.pop(next(k for k, item in enumerate(queue)
+                                                  if item["type"] == kind)))
                 else:
                     raise DataError(f"sample {example.id}: its question marks more {piece} "
                                     f"places than it has media of that kind ({len(media)} in all)")
@@ -111,7 +112,8 @@ class Adapter:
     def apply_media(self, model: torch.nn.Module, inputs: dict[str, Any], media: dict[str, Any]
                     ) -> dict[str, Any]:
         """Training-forward kwargs with `shared_media`'s features in place of the raw media."""
-        out = {k: v for k, v in inputs.items() if k != "pixel_values"}
+        raw = set(self.family.media_inputs) if self.family is not None else {"pixel_values"}
+        out = {k: v for k, v in inputs.items() if k not in raw}
         out.update(media)
         return out
 

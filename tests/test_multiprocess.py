@@ -185,15 +185,17 @@ def run_within(cmd: list[str], timeout: float, **kw) -> None:
 
 
 def text_rank_update(tmp_path: Path, model: Path, shapes_dir: Path, strategy: str,
-                     beta: float = 0.0, limit: float = 180) -> None:
+                     beta: float = 0.0, limit: float = 180, data: Path | None = None,
+                     batch: int = 2) -> None:
     """Rank 0 trains an image prompt's group, rank 1 a text-only one (mp_worker: rank r gets
-    row r): the 2-process run ends (a deadlock fails it after `limit` s) and makes the update
-    one process makes on both prompts."""
+    rows r, r + 2, ...; `data` replaces the two rows): the 2-process run ends (a deadlock fails
+    it after `limit` s) and makes the update one process makes on all the prompts."""
     from tests.test_text_only import write_rows
 
-    data = write_rows(tmp_path, shapes_dir, ["image", "text"])
-    sections = dict(data={"train": str(data), "eval": "", "allow_outside": True},
-                    train={"strategy": strategy, "batch_prompts": 2, "steps": 1},
+    data = data or write_rows(tmp_path, shapes_dir, ["image", "text"])
+    sections = dict(data={"train": str(data), "eval": "", "allow_outside": True, "max_frames": 8,
+                          "video_fps": 4.0},
+                    train={"strategy": strategy, "batch_prompts": batch, "steps": 1},
                     algo={"beta": beta}, optim={"max_grad_norm": 0.0})
     cfg = write_config(tmp_path, model, shapes_dir, "one", **sections)
     two_cfg = write_config(tmp_path, model, shapes_dir, "two", **sections)
@@ -228,6 +230,20 @@ def test_fsdp2_on_new_families_with_a_text_only_rank_makes_one_process_update(
 
     model = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
     text_rank_update(tmp_path, model, shapes_dir, "fsdp2")
+
+
+@pytest.mark.parametrize("kind", ["qwen2.5-vl", "qwen3-vl"])
+def test_fsdp2_on_video_image_and_interleaved_rows_with_a_text_only_rank(
+        tmp_path_factory, tmp_path, shapes_dir, kind):
+    """One dataset of video, image, two-image interleaved and text-only rows: rank 0's share is
+    a video, an image and a two-image row, rank 1's all text; the video tower (the vision tower
+    on `pixel_values_videos`) and the dummy-tower path meet in the same collectives."""
+    from mmrlvr.tiny import build_tiny
+    from tests.test_video import write_rank_rows
+
+    model = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
+    text_rank_update(tmp_path, model, shapes_dir, "fsdp2", data=write_rank_rows(tmp_path),
+                     batch=6)
 
 
 def test_fsdp2_in_bf16_moves_every_fp32_master_weight_at_lr_1e_6(tmp_path, tiny_vl, shapes_dir):

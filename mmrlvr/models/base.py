@@ -56,6 +56,9 @@ class Family:
     pixel_bounds: ClassVar[bool] = False
     """Images are resized within `model.min_pixels`..`max_pixels` (dynamic resolution); the
     tiled families' processors size every image themselves."""
+    video_key: ClassVar[str | None] = None
+    """The media key whose `media_rows` range counts videos; None: the family takes no video
+    (a row with one is refused, naming it)."""
     image_marker: ClassVar[str | None] = None
     """What the chat template writes for one image (the processor expands it); default
     `image_token`."""

@@ -30,9 +30,11 @@ class QwenVL(Family):
     vision_towers = ("visual",)
     unit_classes = ("DecoderLayer", "VisionBlock")
     media_inputs = ("pixel_values", "pixel_values_videos")
-    media_keys = ("pixel_values", "image_grid_thw")
+    media_keys = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw",
+                  "second_per_grid_ts")
     image_key = "image_grid_thw"
     """The media key whose `media_rows` range counts images (pixel_values counts patches)."""
+    video_key = "video_grid_thw"
     default_patch = 14
 
     # ---------------------------------------------------------------- processor side
@@ -61,23 +63,61 @@ class QwenVL(Family):
 
     def media_rows(self, inputs: dict[str, torch.Tensor], per_sample: list[int],
                    processor: Any = None) -> list[dict]:
-        rows, img, patch = [], 0, 0
-        grid = inputs.get("image_grid_thw")
+        return self._grid_rows(inputs, per_sample, "image_grid_thw", "pixel_values")
+
+    def video_rows(self, inputs: dict[str, torch.Tensor], per_sample: list[int]) -> list[dict]:
+        """Each sample's rows of the video tensors (grids, patches, and Qwen2.5-VL's seconds per
+        temporal patch), as `media_rows` gives the images'."""
+        rows = self._grid_rows(inputs, per_sample, "video_grid_thw", "pixel_values_videos")
+        if "second_per_grid_ts" in inputs:
+            for row in rows:
+                if row:
+                    row["second_per_grid_ts"] = row["video_grid_thw"]
+        return rows
+
+    @staticmethod
+    def _grid_rows(inputs: dict[str, torch.Tensor], per_sample: list[int], grid_key: str,
+                   patch_key: str) -> list[dict]:
+        rows, item, patch = [], 0, 0
+        grid = inputs.get(grid_key)
         for n in per_sample:
             if n == 0:
                 rows.append({})
                 continue
-            patches = int(grid[img:img + n].prod(dim=1).sum())
-            rows.append({"image_grid_thw": (img, img + n), "pixel_values": (patch, patch + patches)})
-            img, patch = img + n, patch + patches
+            patches = int(grid[item:item + n].prod(dim=1).sum())
+            rows.append({grid_key: (item, item + n), patch_key: (patch, patch + patches)})
+            item, patch = item + n, patch + patches
         return rows
 
     def image_features(self, inputs: dict[str, torch.Tensor], row: dict, processor: Any) -> int:
         """How many image tokens the images of one sample (its `media_rows` entry) make."""
-        if not row:
+        return self._grid_tokens(inputs, row, "image_grid_thw", processor)
+
+    def video_features(self, inputs: dict[str, torch.Tensor], row: dict, processor: Any) -> int:
+        """How many video tokens the videos of one sample make (t·h·w / merge² each)."""
+        return self._grid_tokens(inputs, row, "video_grid_thw", processor)
+
+    def _grid_tokens(self, inputs: dict, row: dict, key: str, processor: Any) -> int:
+        if key not in row:
             return 0
-        start, stop = row["image_grid_thw"]
-        return int(inputs["image_grid_thw"][start:stop].prod(dim=1).sum()) // self.merge_size(processor) ** 2
+        start, stop = row[key]
+        return int(inputs[key][start:stop].prod(dim=1).sum()) // self.merge_size(processor) ** 2
+
+    def video_kwargs(self, clips: list[Any], processor: Any = None) -> dict[str, Any]:
+        """The processor's video arguments for `clips` (`mmrlvr.data.video.Clip`, frames already
+        sampled and resized): their frames, and metadata with the source frame rate and the
+        indices sampled, from which Qwen2.5-VL takes the seconds per temporal patch (its
+        temporal positions) and Qwen3-VL the timestamps it writes before each frame."""
+        from transformers.video_utils import VideoMetadata
+
+        # frames come resized (`do_resize=False`): the per-frame pixel cap has nothing to do
+        capped = {"cap_pixels_per_frame": False} \
+            if hasattr(getattr(processor, "video_processor", None), "cap_pixels_per_frame") else {}
+        return {"videos": [clip.frames for clip in clips], "do_sample_frames": False, **capped,
+                "video_metadata": [VideoMetadata(
+                    total_num_frames=clip.total_frames, fps=clip.native_fps,
+                    frames_indices=list(clip.indices), duration=clip.duration,
+                    width=clip.frames[0].width, height=clip.frames[0].height) for clip in clips]}
 
     def check_processor(self, processor: Any, config: Any) -> None:
         super().check_processor(processor, config)
@@ -100,9 +140,12 @@ class QwenVL(Family):
     # ---------------------------------------------------------------- model side
     def position_ids(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """M-RoPE positions [3, N, T] from the attention mask, as `generate` computes them."""
+        extra = {"second_per_grid_ts": inputs["second_per_grid_ts"]} \
+            if inputs.get("second_per_grid_ts") is not None else {}
         positions, _ = model.model.get_rope_index(
             inputs["input_ids"], mm_token_type_ids=inputs["mm_token_type_ids"],
-            image_grid_thw=inputs.get("image_grid_thw"), attention_mask=inputs["attention_mask"])
+            image_grid_thw=inputs.get("image_grid_thw"), video_grid_thw=inputs.get("video_grid_thw"),
+            attention_mask=inputs["attention_mask"], **extra)
         return positions
 
     def encode_images(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor],
@@ -110,6 +153,12 @@ class QwenVL(Family):
         """The vision tower's output for every image of `inputs` (pooler_output: one per image)."""
         return model.model.get_image_features(inputs["pixel_values"].to(device, dtype),
                                               inputs["image_grid_thw"].to(device), return_dict=True)
+
+    def encode_videos(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor],
+                      device: torch.device, dtype: torch.dtype) -> Any:
+        """The vision tower's output for every video of `inputs` (one per video)."""
+        return model.model.get_video_features(inputs["pixel_values_videos"].to(device, dtype),
+                                              inputs["video_grid_thw"].to(device), return_dict=True)
 
     def tower_zero(self, model: torch.nn.Module, device: torch.device) -> torch.Tensor:
         """The tower on one merged patch of zeros (grid [1, merge, merge]), times 0."""
@@ -124,14 +173,14 @@ class QwenVL(Family):
             parts.extend(layer)
         return sum(p.sum() for p in parts) * 0
 
-    def shared_media(self, encoded: Any, images_of: list[tuple[int, int]]) -> dict[str, Any]:
-        """Forward kwargs carrying `encoded`'s features of images `images_of` (a [start, stop)
-        range of images per row, in row order)."""
+    def pick_features(self, encoded: Any, ranges: list[tuple[int, int]]) -> Any:
+        """`encoded`'s features of the items (images or videos) `ranges` name (a [start, stop)
+        range per row, in row order), as the model's `mm_encoder_outputs` takes them."""
         from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-        per_image = encoded.pooler_output
-        ordered = [per_image[k] for a, b in images_of for k in range(a, b)]
-        return {"mm_encoder_outputs": {"image": BaseModelOutputWithPooling(pooler_output=ordered)}}
+        per_item = encoded.pooler_output
+        ordered = [per_item[k] for a, b in ranges for k in range(a, b)]
+        return BaseModelOutputWithPooling(pooler_output=ordered)
 
 
 _QWEN2_VL_NAMES = VllmNames(
@@ -222,15 +271,15 @@ class Qwen3VL(QwenVL):
                                           _qwen3_vision(5120)),
     }
 
-    def shared_media(self, encoded: Any, images_of: list[tuple[int, int]]) -> dict[str, Any]:
-        """Qwen3-VL's media kwargs: the merged features and, per DeepStack layer, the same
-        images' features of that layer, in the same order."""
+    def pick_features(self, encoded: Any, ranges: list[tuple[int, int]]) -> Any:
+        """Qwen3-VL's: the merged features and, per DeepStack layer, the same items' features
+        of that layer, in the same order."""
         from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
-        pick = lambda per_image: [per_image[k] for a, b in images_of for k in range(a, b)]  # noqa: E731
-        return {"mm_encoder_outputs": {"image": BaseModelOutputWithDeepstackFeatures(
+        pick = lambda per_item: [per_item[k] for a, b in ranges for k in range(a, b)]  # noqa: E731
+        return BaseModelOutputWithDeepstackFeatures(
             pooler_output=pick(encoded.pooler_output),
-            deepstack_features=[pick(layer) for layer in encoded.deepstack_features])}}
+            deepstack_features=[pick(layer) for layer in encoded.deepstack_features])
 
 
 class Qwen3VLMoe(Qwen3VL):

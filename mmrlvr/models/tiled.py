@@ -70,11 +70,10 @@ class TiledVision(Family):
         return self.encode_images(model, {"pixel_values": pixels}, device,
                                   next(model.parameters()).dtype).pooler_output.sum() * 0
 
-    def shared_media(self, encoded: Any, images_of: list[tuple[int, int]]) -> dict[str, Any]:
+    def pick_features(self, encoded: Any, ranges: list[tuple[int, int]]) -> Any:
         from transformers.modeling_outputs import BaseModelOutputWithPooling
 
         per_tile = encoded.pooler_output                                  # [n_tiles, tokens, D]
-        index = torch.tensor([k for a, b in images_of for k in range(a, b)], dtype=torch.long,
+        index = torch.tensor([k for a, b in ranges for k in range(a, b)], dtype=torch.long,
                              device=per_tile.device)
-        return {"mm_encoder_outputs": {"image": BaseModelOutputWithPooling(
-            pooler_output=per_tile.index_select(0, index))}}
+        return BaseModelOutputWithPooling(pooler_output=per_tile.index_select(0, index))

@@ -144,11 +144,17 @@ def start_processes(cfg: Config, batch: int, what: str = "train.batch_prompts") 
     return d
 
 
+def video_options(data: Any) -> dict[str, Any]:
+    """The vision adapter's video settings from the `data` section (fps, frames, frame area)."""
+    return {"video_fps": data.video_fps, "max_frames": data.max_frames,
+            "max_video_pixels": data.max_video_pixels}
+
+
 def load_policy(cfg: Config, d: Dist, init: str | None = None, ckpt: Path | None = None
                 ) -> Policy:
     """The policy on this rank's device, wrapped for the strategy (DDP, FSDP2 or none)."""
     adapter = modalities.get(cfg.model.modality, min_pixels=cfg.model.min_pixels,
-                             max_pixels=cfg.model.max_pixels)
+                             max_pixels=cfg.model.max_pixels, **video_options(cfg.data))
     if ckpt is not None and cfg.model.lora.r > 0:
         policy = Policy.load(cfg.model, adapter, d.device, adapter_dir=ckpt / "adapter")
     else:

@@ -82,6 +82,8 @@ class DemoContext:
     info: RunInfo = field(default_factory=RunInfo)
     model_config: Any = None
     """The `ModelConfig` the policy was loaded with (a checkpoint switch reuses it)."""
+    video: dict[str, Any] = field(default_factory=dict)
+    """How videos are sampled: the run's `data.video_fps`/`max_frames`/`max_video_pixels`."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     """One generation at a time: tabs share the models."""
 
@@ -134,15 +136,50 @@ def open_image(path: Any, label: str) -> Image.Image:
         raise UserError(f"{label} ({name}) cannot be read: {err}") from None
 
 
+VIDEO_TYPES = {"mp4", "webm", "mov", "mkv", "avi", "m4v"}
+MAX_VIDEOS = 2
+MAX_VIDEO_SECONDS = 120.0
+"""The demo's cap on one uploaded video's length (training takes `data.max_video_seconds`)."""
+
+
+def is_video(path: Any) -> bool:
+    return isinstance(path, (str, Path)) and str(path).lower().rsplit(".", 1)[-1] in VIDEO_TYPES
+
+
+def _uploads(files: Any) -> list[Any]:
+    if files is None:
+        return []
+    if isinstance(files, (str, Path, Image.Image)):
+        return [files]
+    return [f for f in files if f is not None]
+
+
 def prepare_images(policy: Any, files: Any) -> tuple[list[Image.Image], list[str]]:
     """Open uploads and resize them to the adapter's min/max pixels: (images, size notes)."""
-    if files is None:
-        files = []
-    elif isinstance(files, (str, Path, Image.Image)):
-        files = [files]
-    files = [f for f in files if f is not None]
+    files = _uploads(files)
     if not files:
         raise UserError("Upload an image first.")
+    return _images(policy, files)
+
+
+def prepare_media(policy: Any, files: Any) -> tuple[list[Image.Image], list[Any], list[str]]:
+    """Uploaded images resized as `prepare_images` does, and uploaded videos sampled into the
+    clips training would make of them: (images, clips, notes)."""
+    files = _uploads(files)
+    if not files:
+        raise UserError("Upload an image or a video first.")
+    videos = [f for f in files if is_video(f)]
+    if len(videos) > MAX_VIDEOS:
+        raise UserError(f"{len(videos)} videos uploaded; one question takes at most {MAX_VIDEOS}.")
+    images, notes = _images(policy, [f for f in files if not is_video(f)])
+    probe = Example(id="demo", prompt="", answer="")
+    clips = [_prepare_video(policy, f, i, probe) for i, f in enumerate(videos, 1)]
+    notes += [f"video {i}: {len(c.frames)} frames of {c.frames[0].width}×{c.frames[0].height} "
+              f"from {c.duration:.1f} s" for i, c in enumerate(clips, 1)]
+    return images, clips, notes
+
+
+def _images(policy: Any, files: list[Any]) -> tuple[list[Image.Image], list[str]]:
     if len(files) > MAX_IMAGES:
         raise UserError(f"{len(files)} images uploaded; one question takes at most {MAX_IMAGES}.")
     images, notes = [], []
@@ -159,6 +196,22 @@ def prepare_images(policy: Any, files: Any) -> tuple[list[Image.Image], list[str
             note += f" → {resized.width}×{resized.height}"
         notes.append(note)
     return images, notes
+
+
+def _prepare_video(policy: Any, path: Any, i: int, probe: Example) -> Any:
+    """One uploaded video as the clip the model sees, or a UserError saying why not."""
+    from mmrlvr.data.video import video_problem
+
+    name = Path(str(path)).name
+    problem = video_problem(str(path), max_seconds=MAX_VIDEO_SECONDS)
+    if problem:
+        raise UserError(f"video {i} ({name}) cannot be used: {problem}")
+    if not hasattr(policy.adapter, "load_video") or policy.family.video_key is None:
+        raise UserError(f"video {i} ({name}): the {policy.family.name} model takes no video here.")
+    try:
+        return policy.adapter.load_video(str(path), i - 1, probe, policy.processor)
+    except ValueError as err:
+        raise UserError(f"video {i} ({name}) cannot be read: {err}") from None
 
 
 def check_question(question: Any) -> str:

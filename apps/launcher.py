@@ -55,8 +55,13 @@ def model_modality(model: str) -> str:
         return "vision"
 
 
-def load_policy(config: Any, path: str, device: Any) -> Any:
-    """The model at `path` loaded like `config` (same adapter, pixel bounds, dtype)."""
+VIDEO_KEYS = ("video_fps", "max_frames", "max_video_pixels")
+"""The run's `data` settings that say how a video is sampled (the demo samples as it trained)."""
+
+
+def load_policy(config: Any, path: str, device: Any, video: dict[str, Any] | None = None) -> Any:
+    """The model at `path` loaded like `config` (same adapter, pixel bounds, dtype), sampling
+    videos as `video` says (the run's `data.video_fps`, `max_frames`, `max_video_pixels`)."""
     import dataclasses
 
     import modalities
@@ -64,7 +69,7 @@ def load_policy(config: Any, path: str, device: Any) -> Any:
 
     config = dataclasses.replace(config, path=path)
     adapter = modalities.get(config.modality, min_pixels=config.min_pixels,
-                             max_pixels=config.max_pixels)
+                             max_pixels=config.max_pixels, **(video or {}))
     return Policy.load(config, adapter, device)
 
 
@@ -100,14 +105,15 @@ def load_context(model: str | None = None, run: str | None = None, device: str =
         min_pixels=min_pixels or mcfg.get("min_pixels") or own.min_pixels,
         max_pixels=max_pixels or mcfg.get("max_pixels") or own.max_pixels)
     dev = pick_device(device)
-    ctx.policy = load_policy(ctx.model_config, model, dev)
+    ctx.video = {k: data[k] for k in VIDEO_KEYS if data.get(k)}
+    ctx.policy = load_policy(ctx.model_config, model, dev, ctx.video)
     base = info.start_model if compare is None else ("" if compare == "none" else compare)
     local = Path(base).expanduser().exists() if base else False
     if compare not in (None, "none") and not local and compare.startswith(("/", ".", "~")):
         raise PolicyError(f"--compare {compare}: no such model dir")
     if base and (local or compare is not None) and \
             Path(base).expanduser().resolve() != Path(model).expanduser().resolve():
-        ctx.base, ctx.base_path = load_policy(ctx.model_config, base, dev), base
+        ctx.base, ctx.base_path = load_policy(ctx.model_config, base, dev, ctx.video), base
     return ctx
 
 
@@ -137,7 +143,7 @@ def switch_checkpoint(ctx: DemoContext, label: str) -> str:
     if label not in paths or ctx.policy is None:
         return f"⚠ No checkpoint `{label}` in `{ctx.run_dir}`."
     try:
-        policy = load_policy(ctx.model_config, paths[label], ctx.policy.device)
+        policy = load_policy(ctx.model_config, paths[label], ctx.policy.device, ctx.video)
     except Exception as err:  # noqa: BLE001 — a bad checkpoint leaves the loaded model in place
         return explain(err)
     with ctx.lock:                       # not in the middle of someone's answer

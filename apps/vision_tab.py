@@ -1,4 +1,4 @@
-"""Vision QA: image(s) + question → the trained model's answer beside the base model's, verdicts.
+"""Vision QA: image(s) and/or video(s) + question → the trained model's answer beside the base model's, verdicts.
 
 Each answer streams token by token (`apps.generate.stream_completion`, the `hf` rollout engine's
 prompt and suppression) into a panel that keeps the reasoning and the final answer apart, the raw
@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from apps.common import DemoContext, UserError, check_question, explain, prepare_images, warn
+from apps.common import (VIDEO_TYPES, DemoContext, UserError, check_question, explain,
+                         prepare_media, warn)
 from apps.panels import (NO_GOLD, ask_models, build_panels, empty_panel, example_table,
                          panel_values)
 from apps.verdicts import listed_choices, reward_rows, reward_specs
@@ -40,10 +41,10 @@ def answer(ctx: DemoContext, files: Any, question: str, gold: str = "", sample: 
     panels = [empty_panel(), empty_panel()]
     try:
         question = check_question(question)
-        images, notes = prepare_images(ctx.policy, files)
+        images, clips, notes = prepare_media(ctx.policy, files)
         gold = (gold or "").strip()
         example = Example(id="demo", prompt=question, answer=gold or "-", images=images,
-                          choices=listed_choices(question))
+                          videos=clips, choices=listed_choices(question))
         judged = example if gold else None
         fmt = ctx.format_prompt if format_prompt is None else format_prompt
         sizes = "; ".join(notes)
@@ -82,18 +83,19 @@ def answer(ctx: DemoContext, files: Any, question: str, gold: str = "", sample: 
 
 
 def preview(files: Any) -> list[Any]:
-    """Uploaded files for the gallery (the ones that are not images are dropped here)."""
+    """Uploaded files for the gallery (images and videos; other files are dropped here)."""
     if not files:
         return []
     files = [files] if isinstance(files, str) else files
-    return [f for f in files if str(f).lower().rsplit(".", 1)[-1] in IMAGE_TYPES]
+    return [f for f in files if str(f).lower().rsplit(".", 1)[-1] in IMAGE_TYPES | VIDEO_TYPES]
 
 
 def pick_example(ctx: DemoContext, index: Any) -> list[Any]:
     """A clicked example: (files, question, gold), then cleared panels, rows and status."""
     ex = ctx.info.examples[int(index)]
     note = f"Example `{ex.id}` loaded: press **Ask** (or Enter in the question)."
-    return [list(ex.images), ex.prompt, ex.answer, *empty_panel(), *empty_panel(), [], note]
+    return [[*ex.images, *(v for v in ex.videos if isinstance(v, str))], ex.prompt, ex.answer,
+            *empty_panel(), *empty_panel(), [], note]
 
 
 def build(ctx: DemoContext) -> None:
@@ -106,7 +108,8 @@ def build(ctx: DemoContext) -> None:
     with gr.Row(equal_height=False):
         with gr.Column(scale=5, min_width=360):
             with gr.Row(equal_height=True):
-                files = gr.File(label="image(s)", file_count="multiple", file_types=["image"],
+                files = gr.File(label="image(s) or video(s)", file_count="multiple",
+                                file_types=["image", "video"],
                                 elem_id="vision-files", height=130, interactive=ready)
                 gallery = gr.Gallery(label="what you uploaded", show_label=False, height=130,
                                      columns=3, interactive=False, object_fit="contain",

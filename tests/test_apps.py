@@ -115,8 +115,8 @@ def test_verdicts_and_reward_rows_for_correct_wrong_and_missing_answers():
 
 @pytest.mark.parametrize("files, question, expected", [
     ("IMAGE", "   ", "Type a question first"),
-    (None, "How many?", "Upload an image first"),
-    ("EMPTY", "How many?", "Upload an image first"),
+    (None, "How many?", "Upload an image or a video first"),
+    ("EMPTY", "How many?", "Upload an image or a video first"),
     ("TEXT", "How many?", "is not an image file"),
     ("NINE", "How many?", "at most 8"),
 ])

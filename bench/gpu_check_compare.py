@@ -208,7 +208,7 @@ def _capture_install(worker) -> bool:
     noise hook, at every prompt row of every request, for the next forwards."""
     from dataclasses import asdict
 
-    from mmrlvr.rollout.vllm_noise import batch_segments
+    from mmrlvr.methods.ncgrpo.vllm_noise import batch_segments
 
     runner = worker.model_runner
     hooks = runner._mmrlvr_noise
@@ -260,7 +260,7 @@ def hf_last_layer_input(policy, batch):
     attention mask [N, P]), from the policy's own forward in its generation precision."""
     import torch
 
-    from mmrlvr.rollout.branching import find_decoder
+    from mmrlvr.methods.ncgrpo.branching import find_decoder
     from mmrlvr.core.types import to_device
 
     grabbed = {}
@@ -285,7 +285,7 @@ def compare_noise(rows: list[dict], hf_hidden, hf_mask) -> dict:
     `hf_hidden` [1, P, d] float32 and `hf_mask` [1, P]: `hf_last_layer_input` of that prompt."""
     import torch
 
-    from mmrlvr.rollout.branching import NoisePlan, RowNoise
+    from mmrlvr.methods.ncgrpo.branching import NoisePlan, RowNoise
 
     noisy = sorted({r["request"] for r in rows if r["noise"] is not None})
     if len(noisy) != 1:

@@ -41,7 +41,7 @@ from mmrlvr.train.evaluate import evaluate
 from mmrlvr.train.logger import read_metrics
 from mmrlvr.train.policy import Policy
 from mmrlvr.rollout import SamplingParams, make_engine
-from mmrlvr.rollout.branching import Branching, find_decoder, make_plan
+from mmrlvr.methods.ncgrpo.branching import Branching, find_decoder, make_plan
 from mmrlvr.train.sft import sft
 from mmrlvr.tiny import build_tiny
 from mmrlvr.train.trainer import train

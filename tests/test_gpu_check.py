@@ -170,7 +170,7 @@ class ToyRunner:
 
     def step(self, reqs):
         """reqs: (req_id, computed, query_len, RowNoise | None), in batch order; one forward."""
-        from mmrlvr.rollout.vllm_noise import noise_extra_args
+        from mmrlvr.methods.ncgrpo.vllm_noise import noise_extra_args
 
         for rid, _, _, noise in reqs:
             extra = noise_extra_args(noise) if noise else None
@@ -208,8 +208,8 @@ def clean_last_layer_input(runner, L: int, pad: int) -> tuple[torch.Tensor, torc
 def recorded_rows(compare, L: int = 9):
     """One clean and one noisy request of the same prompt through the toy runner with mmrlvr's
     noise hooks and the check's recording hooks; the noisy prefill comes in two chunks."""
-    from mmrlvr.rollout.branching import Branching, make_plan
-    from mmrlvr.rollout.vllm_noise import NoiseWorkerExtension
+    from mmrlvr.methods.ncgrpo.branching import Branching, make_plan
+    from mmrlvr.methods.ncgrpo.vllm_noise import NoiseWorkerExtension
 
     torch.manual_seed(3)
     noise_config = load_helper("gpu_check_workload").NOISE

@@ -10,20 +10,27 @@ import torch
 from PIL import Image
 from transformers import LogitsProcessor, LogitsProcessorList
 
-import mmrlvr.rollout.hf as hf_module
+import mmrlvr.methods.ncgrpo.branching as branching_module
 from mmrlvr.config import load_config
+from mmrlvr.core.types import Rollouts
 from mmrlvr.data import Example
-from mmrlvr.rollout import SamplingParams, make_engine
-from mmrlvr.rollout.branching import (
+from mmrlvr.methods.ncgrpo.branching import (
     Branching,
     BranchSiteError,
     NoisePlan,
-    branch_metrics,
     find_decoder,
     latent_noise,
     make_plan,
 )
-from mmrlvr.core.types import Rollouts
+from mmrlvr.methods.ncgrpo.plugin import LatentNoise
+from mmrlvr.rollout import SamplingParams, make_engine
+from mmrlvr.rollout.base import BRANCHINGS, make_branching
+from mmrlvr.rollout.diversity import normalised_edit, rollout_metrics
+
+
+def branch_metrics(roll, scores):
+    """What the trainer logs for an NC-GRPO run: the core's rollout/* figures, then branch/*."""
+    return rollout_metrics(roll, scores, LatentNoise({"kind": "latent_noise"}))
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 G = 4                       # 2 clean + 2 noisy per group at fraction 0.5
@@ -84,7 +91,7 @@ def forced(policy, monkeypatch):
 def hooks(monkeypatch):
     """The PrefillNoise hook objects the engine installed, for their call counts."""
     seen = []
-    real = hf_module.latent_noise
+    real = branching_module.latent_noise
 
     @contextmanager
     def spy(*args, **kwargs):
@@ -92,7 +99,7 @@ def hooks(monkeypatch):
             seen.append(hook)
             yield hook
 
-    monkeypatch.setattr(hf_module, "latent_noise", spy)
+    monkeypatch.setattr(branching_module, "latent_noise", spy)
     return seen
 
 
@@ -119,7 +126,7 @@ def test_off_or_alpha0_samples_exactly_plain_grpo(policy, prompts, plain, branch
     assert torch.equal(other.completion_ids, plain_roll.completion_ids)
     assert torch.equal(other.sample_logprobs, plain_roll.sample_logprobs)
     assert torch.equal(torch.get_rng_state(), rng_after_plain)   # no random number consumed
-    assert hooks == [None]                                        # no hook installed at all
+    assert hooks == ([] if branching["kind"] == "none" else [None])   # no hook installed at all
     expected = ["clean"] * (2 * G) if branching["kind"] == "none" \
         else ["clean", "clean", "noisy", "noisy"] * 2
     assert other.branch == expected
@@ -365,8 +372,6 @@ def test_grpo_step_with_alpha0_is_plain_grpo_and_logs_branch_metrics(tmp_path, t
 
 
 def test_group_diversity_metrics_by_hand():
-    from mmrlvr.rollout.branching import normalised_edit
-
     ids = torch.tensor([[1, 2, 3, 0], [1, 2, 3, 0], [1, 2, 4, 0], [5, 0, 0, 0],
                         [7, 8, 0, 0], [8, 7, 0, 0], [7, 8, 0, 0], [9, 9, 9, 9]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0], [1, 0, 0, 0],
@@ -390,6 +395,7 @@ def test_group_diversity_metrics_by_hand():
     roll.branch = ["clean"] * 8
     plain = branch_metrics(roll, scores)
     assert not [k for k in plain if k.startswith("branch/")]
+    assert plain == rollout_metrics(roll, scores)                # as a run without the plug-in
     assert plain["rollout/pairwise_edit"] == m["rollout/pairwise_edit"]
     assert "rollout/pass_at_group" not in branch_metrics(roll, [[{"overall": 1.0}] * G] * 2)
 
@@ -410,3 +416,22 @@ def test_group_diversity_metrics_by_hand():
             for _ in range(12)]
     pairs = [(i, j) for i in range(12) for j in range(12)]
     assert normalised_edit(seqs, pairs) == pytest.approx([reference(seqs[i], seqs[j]) for i, j in pairs])
+
+
+def test_the_hook_finds_latent_noise_by_name_and_none_is_plain_grpo():
+    """`kind: none` (or no mapping) builds no plug-in, whatever else the mapping holds (the
+    shipped NC-GRPO config with `rollout.branching.kind=none` is the plain arm)."""
+    assert make_branching(None) is None and make_branching({"kind": "none"}) is None
+    assert make_branching({"kind": "none", "fraction": 0.5, "alpha": 0.1}) is None
+    assert BRANCHINGS.get("latent_noise") is LatentNoise
+    nc = make_branching({"kind": "latent_noise", "alpha": 0.2, "noise": "shared"})
+    assert isinstance(nc, LatentNoise) and nc.config.alpha == 0.2 and not nc.supports_compiled
+    with pytest.raises(ValueError, match=r"kind is 'latent'; choose one of \['none', 'latent_noise'"):
+        make_branching({"kind": "latent", "alpha": 0.1})
+    with pytest.raises(ValueError, match="rollout.branching: unknown key"):
+        make_branching({"kind": "latent_noise", "alpah": 0.1})
+    with pytest.raises(ValueError, match="must be a mapping"):
+        make_branching("latent_noise")
+    assert make_engine("hf", None, {"kind": "none", "alpha": 0.1}).branching is None
+    engine = make_engine("hf", None, {"kind": "latent_noise"})
+    assert isinstance(engine.branching, LatentNoise) and engine.without_branching().branching is None

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mmrlvr.rollout import vllm as vllm_engine
-from mmrlvr.rollout.base import SamplingParams
+from mmrlvr.rollout.base import SamplingParams, make_branching
 from mmrlvr.rollout.vllm import RequestSpec, build_requests, llm_kwargs, request_specs
 from mmrlvr.rollout.vllm_sync import checkpoint_name, engine_seed, sync_units
 
@@ -27,30 +27,32 @@ def test_every_rank_gets_its_own_seed():
 
 def test_llm_arguments_single_and_multi_process():
     one = llm_kwargs("/m", dtype=torch.bfloat16, media="image", gpu_memory_utilization=0.4,
-                     max_model_len=None, seed=5, rank=0, world=1, noise=False)
+                     max_model_len=None, seed=5, rank=0, world=1)
     assert one == dict(model="/m", dtype="bfloat16", seed=5, gpu_memory_utilization=0.4,
                        max_model_len=None, enable_prefix_caching=True, enable_sleep_mode=True,
                        logprobs_mode="processed_logprobs",
                        limit_mm_per_prompt={"image": 8, "video": 0})
+    noise = make_branching({"kind": "latent_noise", "alpha": 0.1})   # found by name, as in a run
     many = llm_kwargs("/m", dtype=torch.bfloat16, media="audio", gpu_memory_utilization=0.4,
-                      max_model_len=4096, seed=5, rank=3, world=4, noise=True)
+                      max_model_len=4096, seed=5, rank=3, world=4, extra=noise.vllm_llm_kwargs())
     assert many["distributed_executor_backend"] == "external_launcher"
     assert many["tensor_parallel_size"] == 1 and many["seed"] == 8
     assert many["limit_mm_per_prompt"] == {"audio": 8}
     assert many["enforce_eager"] is True
-    assert many["worker_extension_cls"] == "mmrlvr.rollout.vllm_noise.NoiseWorkerExtension"
+    assert many["worker_extension_cls"] == "mmrlvr.methods.ncgrpo.vllm_noise.NoiseWorkerExtension"
 
 
 def test_requests_carry_sampling_media_noise_and_salts():
-    from mmrlvr.rollout.branching import Branching, make_plan
-
+    branching = make_branching({"kind": "latent_noise", "fraction": 0.5, "alpha": 0.2})
     torch.manual_seed(0)
-    plan = make_plan(Branching(kind="latent_noise", fraction=0.5, alpha=0.2), 2, 4)
+    plan = branching.plan(2, 4)
     specs = request_specs(2, 4, plan, salt="s")
     prompts = [{"prompt": "p0", "multi_modal_data": {"image": ["img"]}}, {"prompt": "p1"}]
     params = SamplingParams(n=4, max_new_tokens=12, temperature=0.7, top_p=0.9)
+    with pytest.raises(ValueError, match="no extra_args function"):
+        build_requests(prompts, specs, params, eos_ids=[5, 6], placeholder_ids=[9])
     requests, samplings = build_requests(prompts, specs, params, eos_ids=[5, 6],
-                                         placeholder_ids=[9])
+                                         placeholder_ids=[9], extra_args=branching.vllm_extra_args)
     assert [r["prompt"] for r in requests] == ["p0", "p0", "p0", "p1", "p1", "p1"]
     assert requests[0] == prompts[0] and requests[1]["multi_modal_data"] == {"image": ["img"]}
     assert "cache_salt" not in requests[0] and requests[1]["cache_salt"] == "s:2"

@@ -12,9 +12,10 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from mmrlvr.rollout.branching import Branching, RowNoise, make_plan
+from mmrlvr.methods.ncgrpo.branching import Branching, RowNoise, make_plan
+from mmrlvr.methods.ncgrpo.plugin import LatentNoise
 from mmrlvr.rollout.vllm import RequestSpec, request_specs, rows_in_plan_order
-from mmrlvr.rollout.vllm_noise import (
+from mmrlvr.methods.ncgrpo.vllm_noise import (
     NoiseWorkerExtension,
     Segment,
     noise_extra_args,
@@ -126,8 +127,8 @@ def test_noisy_members_are_separate_requests_with_their_own_salts_and_rows_come_
         (0, (0, 1)), (0, (2,)), (0, (3,)), (1, (4, 5)), (1, (6,)), (1, (7,))]
     clean = [s for s in specs if len(s.rows) > 1]
     noisy = [s for s in specs if len(s.rows) == 1]
-    assert all(s.noise is None and s.cache_salt is None for s in clean)
-    assert [s.noise for s in noisy] == [plan.row(r) for r in (2, 3, 6, 7)]
+    assert all(s.payload is None and s.cache_salt is None for s in clean)
+    assert [s.payload for s in noisy] == [plan.row(r) for r in (2, 3, 6, 7)]
     salts = [s.cache_salt for s in noisy]
     assert len(set(salts)) == len(salts) and all(s.startswith("call1") for s in salts)
     again = request_specs(B, G, plan, salt="call2")
@@ -154,7 +155,7 @@ def test_rows_are_reassembled_whatever_the_request_order():
 def test_without_active_noise_each_prompt_is_one_request_of_n():
     for plan in (None, plan_for(alpha=0.0)):
         specs = request_specs(2, 4, plan, salt="x")
-        assert [(s.prompt, s.rows, s.noise, s.cache_salt) for s in specs] == [
+        assert [(s.prompt, s.rows, s.payload, s.cache_salt) for s in specs] == [
             (0, (0, 1, 2, 3), None, None), (1, (4, 5, 6, 7), None, None)]
 
 
@@ -285,6 +286,41 @@ def test_runner_hooks_count_prompt_rows_so_a_cache_hit_shows():
     assert counts == {"requests": 1, "noised": 4, "expected": 8}             # the engine raises on this
     with pytest.raises(RuntimeError, match="already"):
         NoiseWorkerExtension.mmrlvr_install_noise(worker, "last_layer_input")
+
+
+def test_the_plug_in_sets_vllm_up_only_when_noise_is_on():
+    """alpha > 0: the worker extension, eager mode, the V1 runner, the install RPC and the check
+    after each call; alpha 0 (the placebo): the engine is built and run as for plain GRPO."""
+    calls = []
+
+    class LLM:
+        counts = {"requests": 2, "noised": 10, "expected": 10}
+
+        def collective_rpc(self, method, args=()):
+            calls.append((method, args))
+            return [dict(self.counts)] if method == "mmrlvr_noise_counts" else [{}]
+
+    on = LatentNoise({"kind": "latent_noise", "alpha": 0.1, "site": "final_hidden"})
+    assert on.vllm_llm_kwargs() == {
+        "enforce_eager": True,
+        "worker_extension_cls": "mmrlvr.methods.ncgrpo.vllm_noise.NoiseWorkerExtension"}
+    assert on.vllm_env() == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    llm = LLM()
+    on.vllm_setup(llm)
+    assert calls == [("mmrlvr_install_noise", ("final_hidden",))]
+    assert on.vllm_check(llm, 2) == {"branch/noised_prompt_tokens": 10}
+    with pytest.raises(RuntimeError, match="3 noisy requests were sent but the hook displaced 2"):
+        on.vllm_check(llm, 3)
+    llm.counts = {"requests": 2, "noised": 6, "expected": 10}          # a prefix-cache hit
+    with pytest.raises(RuntimeError, match="6 of their 10 prompt tokens"):
+        on.vllm_check(llm, 2)
+    spec = plan_for().row(2)
+    assert on.vllm_extra_args(spec) == noise_extra_args(spec)
+    calls.clear()
+    off = LatentNoise({"kind": "latent_noise", "alpha": 0.0})
+    assert off.vllm_llm_kwargs() == {} and off.vllm_env() == {}
+    off.vllm_setup(llm)
+    assert off.vllm_check(llm, 0) == {} and calls == []
 
 
 def test_nothing_here_imports_vllm():

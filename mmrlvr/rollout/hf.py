@@ -7,10 +7,11 @@ prefills, for 1/G of their prefill compute (`rollout/prefill_tokens` counts what
 placeholder tokens are suppressed at sampling and any that slip through are scrubbed before
 training. `generate` gets each prompt's position ids as the training forward computes them
 (`prompt_positions`), so text-only prompts and left-padded rows decode where training scores them.
-`rollout.branching` (NC-GRPO latent noise, `mmrlvr.rollout.branching`) displaces the prefill of
-flagged members during sampled (never greedy) generation; those members must not share a prompt
-cache, so with branching on (and for adapters that hand `generate` embeddings) every member is
-prefilled whole, as `num_return_sequences` does.
+`rollout.branching` (the rollout-branching hook, `mmrlvr.rollout.base`) may make some members
+sample differently during sampled (never greedy) generation: its plan's hooks are entered around
+`generate`. While a plan is active its members must not share a prompt cache, so then (and for
+adapters that hand `generate` embeddings) every member is prefilled whole, as
+`num_return_sequences` does.
 
 `rollout.decode` picks how the decode steps run:
   * `eager` (default; the CPU path): a dynamic KV cache that grows by one position a step.
@@ -20,19 +21,20 @@ prefilled whole, as `num_return_sequences` does.
     walk over every layer). The cache length is rounded up to a multiple of `CACHE_BUCKET`, so
     the compiled graph sees one shape per (rows, bucket) pair and recompiles are rare (training
     keeps rows = prompts × G fixed; eval adds one graph for its greedy batch).
-The prefill (ours, or generate's own) always runs eagerly; only decoding is compiled. Hooks
-(NC-GRPO's latent noise) are skipped by compiled graphs, so `compiled` refuses branching.
+The prefill (ours, or generate's own) always runs eagerly; only decoding is compiled. Compiled
+graphs skip Python forward hooks, so `compiled` refuses a branching that does not support it
+(`RolloutBranching.supports_compiled`).
 """
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
 
 from mmrlvr.config.schema import DECODES
-from mmrlvr.rollout.base import SamplingParams, completion_mask, scrub_placeholders
-from mmrlvr.rollout.branching import Branching, latent_noise, make_plan
+from mmrlvr.rollout.base import SamplingParams, completion_mask, make_branching, scrub_placeholders
 from mmrlvr.core.types import PromptBatch, Rollouts
 from mmrlvr.core.types import TOKEN_KEYS, to_device
 
@@ -44,12 +46,14 @@ CACHE_BUCKET = 128
 class HFRolloutEngine:
     def __init__(self, policy, branching: dict | None = None, decode: str = "eager"):
         self.policy = policy
-        self.branching = Branching.from_config(branching)
+        self.branching = make_branching(branching)
         if decode not in DECODES:
             raise ValueError(f"rollout.decode: {decode!r} is not one of {list(DECODES)}")
-        if decode == "compiled" and self.branching.kind != "none":
-            raise ValueError("rollout.decode: compiled skips the forward hooks NC-GRPO's latent noise "
-                             "uses (rollout.branching); use decode: eager or static with branching")
+        if decode == "compiled" and self.branching is not None \
+                and not self.branching.supports_compiled:
+            raise ValueError(f"rollout.decode: compiled skips the forward hooks rollout.branching "
+                             f"{self.branching.kind!r} uses; use decode: eager or static with "
+                             "branching")
         self.decode = decode
 
     # generate() runs on the policy's own weights: nothing to wake, free or sync
@@ -73,7 +77,8 @@ class HFRolloutEngine:
         inputs = to_device(batch.inputs, policy.device, policy.dtype)
         prompt_len = inputs["input_ids"].shape[1]
         row_mask = inputs["attention_mask"].repeat_interleave(n, dim=0)             # [B*G, P]
-        plan = None if params.greedy else make_plan(self.branching, len(batch), n)
+        plan = None if params.greedy or self.branching is None \
+            else self.branching.plan(len(batch), n)
         # the sampled tokens' logprobs and entropies come from the step logits, which generate
         # keeps for every position: only where they fit (a real vocabulary x long rollouts do not)
         keep_logits = not params.greedy and logits_bytes(
@@ -87,11 +92,12 @@ class HFRolloutEngine:
         else:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p,
                           top_k=params.top_k or None)
-        with policy.generation(), latent_noise(policy.model, plan, row_mask):
+        hooks = nullcontext() if plan is None else plan.hooks(policy.model, row_mask)
+        with policy.generation(), hooks:
             inputs = policy.adapter.generation_inputs(policy.base_model(), batch, inputs)
             inputs["position_ids"] = prompt_positions(policy, inputs)
-            noisy = plan is not None and plan.active
-            if n > 1 and not noisy and "inputs_embeds" not in inputs and prompt_len > 1 \
+            branched = plan is not None and plan.active
+            if n > 1 and not branched and "inputs_embeds" not in inputs and prompt_len > 1 \
                     and policy.family.repeatable_cache:
                 inputs, kwargs = prefill_once(policy.base_model(), inputs, kwargs, n)
                 prefill_tokens = int(batch.inputs["attention_mask"].sum())

@@ -33,13 +33,14 @@ renamed to checkpoint names and loaded with the vLLM model's own `load_weights` 
 weight; later ones only trainable weights and LoRA-merged bases (frozen weights never change).
 Its time is `rollout/weight_sync_s` in the stats of the next `generate`.
 
-NC-GRPO (`rollout.branching`, `mmrlvr.rollout.vllm_noise`): the clean members of a group stay one
-request with n = G-k; every noisy member is a request of its own (n = 1) carrying its RowNoise in
+Rollout branching (`rollout.branching`, the hook in `mmrlvr.rollout.base`; NC-GRPO's is
+`mmrlvr.methods.ncgrpo`): the clean members of a group stay one request with n = G-k; every
+displaced member is a request of its own (n = 1) carrying its plan payload in
 `SamplingParams.extra_args` and a fresh `cache_salt`, so it neither reuses nor publishes a prompt
-KV cache; completions are put back in the NoisePlan's row order. With noise on (alpha > 0) the
-hooks go in through a worker extension, on vLLM's V1 model runner (`VLLM_USE_V2_MODEL_RUNNER=0`),
-and the engine runs eagerly (`enforce_eager=True`: CUDA graphs and torch.compile would skip the
-Python hooks, so rollouts are slower); after each call the hooks' counters are checked.
+KV cache; completions are put back in the plan's row order. The branching adds what it needs to
+the `LLM(...)` arguments and environment (NC-GRPO: a worker extension with its hooks, vLLM's V1
+model runner, `enforce_eager=True`), runs its set-up once the LLM is built, and checks each
+generate call after it.
 
 What is tested, and where: on CPU without vLLM (tests/test_vllm_sync.py, tests/test_vllm_noise.py)
 — the name mapping of every parameter of tiny Qwen2-VL, Qwen2.5-VL and Qwen2-Audio against the
@@ -57,13 +58,14 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from mmrlvr.rollout.base import SamplingParams, completion_mask, scrub_placeholders
-from mmrlvr.rollout.branching import Branching, NoisePlan, RowNoise, make_plan
-from mmrlvr.rollout.vllm_noise import WORKER_EXTENSION, noise_extra_args
+from mmrlvr.rollout.base import (BranchPlan, SamplingParams, completion_mask, make_branching,
+                                 scrub_placeholders)
 from mmrlvr.rollout.vllm_sync import architecture, engine_seed, load_units, sync_units
 from mmrlvr.core.types import PromptBatch, Rollouts
 
@@ -79,27 +81,28 @@ class RequestSpec:
     """Index of its prompt in the batch."""
     rows: tuple[int, ...]
     """The rollout rows (b·G + g) its n = len(rows) completions fill, in order."""
-    noise: RowNoise | None = None
-    """The displacement of a noisy member; None for clean requests."""
+    payload: Any = None
+    """A displaced member's plan payload (`BranchPlan.row`); None for clean requests."""
     cache_salt: str | None = None
-    """A salt of its own for a noisy request, so its prompt KV cache is never shared."""
+    """A salt of its own for a displaced request, so its prompt KV cache is never shared."""
 
 
-def request_specs(n_prompts: int, group_size: int, plan: NoisePlan | None,
+def request_specs(n_prompts: int, group_size: int, plan: BranchPlan | None,
                   salt: str) -> list[RequestSpec]:
-    """The requests for B prompts × G members: clean rows of a prompt together, noisy ones alone.
+    """The requests for B prompts × G members: clean rows of a prompt together, displaced ones
+    (a payload in `plan`) alone.
 
-    `salt` must be unique per generate call (a noisy request's cache_salt is `salt:row`), so a
-    noisy prompt cache of an earlier call is never hit either.
+    `salt` must be unique per generate call (a displaced request's cache_salt is `salt:row`), so
+    a displaced prompt cache of an earlier call is never hit either.
     """
     specs = []
     for b in range(n_prompts):
         rows = range(b * group_size, (b + 1) * group_size)
-        noisy = [r for r in rows if plan is not None and plan.row(r) is not None]
-        clean = tuple(r for r in rows if r not in noisy)
+        displaced = [r for r in rows if plan is not None and plan.row(r) is not None]
+        clean = tuple(r for r in rows if r not in displaced)
         if clean:
             specs.append(RequestSpec(b, clean))
-        specs += [RequestSpec(b, (r,), plan.row(r), f"{salt}:{r}") for r in noisy]
+        specs += [RequestSpec(b, (r,), plan.row(r), f"{salt}:{r}") for r in displaced]
     return specs
 
 
@@ -119,10 +122,16 @@ def rows_in_plan_order(specs: list[RequestSpec], completions: list[list]) -> lis
 
 
 def build_requests(prompts: list[dict], specs: list[RequestSpec], params: SamplingParams,
-                   eos_ids: list[int], placeholder_ids: list[int]) -> tuple[list[dict], list[dict]]:
-    """(vLLM prompt, SamplingParams keyword arguments) for each request spec, in order."""
+                   eos_ids: list[int], placeholder_ids: list[int],
+                   extra_args: Callable[[Any], dict] | None = None) -> tuple[list[dict], list[dict]]:
+    """(vLLM prompt, SamplingParams keyword arguments) for each request spec, in order;
+    `extra_args` turns a spec's payload into its `SamplingParams.extra_args`
+    (`RolloutBranching.vllm_extra_args`)."""
     requests, samplings = [], []
     for spec in specs:
+        if spec.payload is not None and extra_args is None:
+            raise ValueError(f"the request of prompt {spec.prompt} (rows {spec.rows}) carries a "
+                             "branching payload but no extra_args function was given for it")
         salt = {"cache_salt": spec.cache_salt} if spec.cache_salt else {}
         requests.append({**prompts[spec.prompt], **salt})
         samplings.append(dict(
@@ -131,14 +140,15 @@ def build_requests(prompts: list[dict], specs: list[RequestSpec], params: Sampli
             temperature=0.0 if params.greedy else params.temperature,
             top_p=1.0 if params.greedy else params.top_p, top_k=params.top_k or -1,
             logit_bias={tid: -100.0 for tid in placeholder_ids} or None,
-            extra_args=noise_extra_args(spec.noise) if spec.noise else None))
+            extra_args=None if spec.payload is None else extra_args(spec.payload)))
     return requests, samplings
 
 
 def llm_kwargs(path: str, *, dtype: torch.dtype, media: str, gpu_memory_utilization: float,
                max_model_len: int | None, seed: int, rank: int, world: int,
-               noise: bool) -> dict:
-    """The `vllm.LLM(...)` arguments of rank `rank`'s colocated engine."""
+               extra: dict[str, Any] | None = None) -> dict:
+    """The `vllm.LLM(...)` arguments of rank `rank`'s colocated engine, plus `extra` (what the
+    rollout branching needs: `RolloutBranching.vllm_llm_kwargs`)."""
     limits = {media: MAX_MEDIA_PER_PROMPT, **({"video": 0} if media == "image" else {})}
     kwargs = dict(model=path, dtype=str(dtype).removeprefix("torch."),
                   seed=engine_seed(seed, rank), gpu_memory_utilization=gpu_memory_utilization,
@@ -146,8 +156,7 @@ def llm_kwargs(path: str, *, dtype: torch.dtype, media: str, gpu_memory_utilizat
                   logprobs_mode="processed_logprobs", limit_mm_per_prompt=limits)
     if world > 1:
         kwargs.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
-    if noise:
-        kwargs.update(enforce_eager=True, worker_extension_cls=WORKER_EXTENSION)
+    kwargs.update(extra or {})
     return kwargs
 
 
@@ -178,8 +187,7 @@ class VLLMRolloutEngine:
         if not torch.cuda.is_available():
             raise RuntimeError("rollout.backend 'vllm' needs a CUDA GPU; use 'hf' on CPU")
         self.policy = policy
-        self.branching = Branching.from_config(branching)
-        self.noise_on = self.branching.kind != "none" and self.branching.alpha > 0
+        self.branching = make_branching(branching)
         config = policy.base_model().config
         self.model_type = config.model_type
         self.dtype = policy.compute_dtype
@@ -190,14 +198,15 @@ class VLLMRolloutEngine:
                                f"per rank from torchrun's environment, which lacks {missing}; "
                                "launch with torchrun or accelerate launch")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        if self.noise_on:   # the hooks read the V1 runner's input_batch / requests
-            os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
+        for key, value in (self.branching.vllm_env() if self.branching else {}).items():
+            os.environ.setdefault(key, value)
         self.llm = build_llm(**llm_kwargs(
             config._name_or_path, dtype=self.dtype, media=architecture(self.model_type).media,
             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-            seed=seed, rank=rank, world=world, noise=self.noise_on))
-        if self.noise_on:
-            self.llm.collective_rpc("mmrlvr_install_noise", args=(self.branching.site,))
+            seed=seed, rank=rank, world=world,
+            extra=self.branching.vllm_llm_kwargs() if self.branching else None))
+        if self.branching is not None:
+            self.branching.vllm_setup(self.llm)
         self._version = 0               # bumped by mark_weights_changed()
         self._synced_version = None     # what vLLM holds; None: its own load, not yet synced
         self._asleep = False
@@ -267,15 +276,17 @@ class VLLMRolloutEngine:
         self.wake_up()
         sync_s, self._sync_s = self._sync_s, 0.0
         n = 1 if params.greedy else params.n
-        plan = None if params.greedy or not branching else make_plan(self.branching, len(batch), n)
-        noisy = plan is not None and plan.active
-        specs = request_specs(len(batch), n, plan if noisy else None, salt=uuid.uuid4().hex)
+        plan = None if params.greedy or not branching or self.branching is None \
+            else self.branching.plan(len(batch), n)
+        active = plan is not None and plan.active
+        specs = request_specs(len(batch), n, plan if active else None, salt=uuid.uuid4().hex)
         prompts = []
         for ex, text in zip(batch.examples, batch.prompt_texts):
             media = policy.adapter.vllm_media(ex, policy.processor)
             prompts.append({"prompt": text, **({"multi_modal_data": media} if media else {})})
-        requests, samplings = build_requests(prompts, specs, params, policy.eos_ids,
-                                             policy.placeholder_ids)
+        requests, samplings = build_requests(
+            prompts, specs, params, policy.eos_ids, policy.placeholder_ids,
+            self.branching.vllm_extra_args if self.branching else None)
         outputs = self.llm.generate(requests, [vllm_sampling_params(**s) for s in samplings],
                                     use_tqdm=False)
         completions = [[(list(comp.token_ids),
@@ -299,16 +310,9 @@ class VLLMRolloutEngine:
         stats = {"rollout/time_s": time.perf_counter() - t0, "rollout/tokens": int(mask.sum()),
                  "rollout/truncated_frac": float((~ended).float().mean()),
                  "rollout/placeholder_scrubbed": scrubbed, "rollout/weight_sync_s": sync_s}
-        if self.noise_on:
-            counts = self.llm.collective_rpc("mmrlvr_noise_counts")[0]
-            n_noisy = sum(spec.noise is not None for spec in specs)
-            if counts["requests"] != n_noisy or counts["noised"] < counts["expected"]:
-                raise RuntimeError(
-                    f"latent-noise branching on vLLM: {n_noisy} noisy requests were sent but the "
-                    f"hook displaced {counts['requests']} of them, {counts['noised']} of their "
-                    f"{counts['expected']} prompt tokens (a prefix-cache hit or a forward the hook "
-                    "missed); set rollout.backend: hf or rollout.branching.kind: none")
-            stats["branch/noised_prompt_tokens"] = counts["noised"]
+        if self.branching is not None:
+            stats.update(self.branching.vllm_check(
+                self.llm, sum(spec.payload is not None for spec in specs)))
         return Rollouts(prompts=batch, group_size=n, completion_ids=ids, completion_mask=mask,
                         sample_logprobs=None if params.greedy else sample_logp, texts=texts,
                         branch=plan.tags() if plan else ["clean"] * len(texts), stats=stats)
@@ -316,6 +320,8 @@ class VLLMRolloutEngine:
 
 class CleanVLLMEngine:
     """A VLLMRolloutEngine's clean view: its engine and weights, never a noisy member (eval)."""
+
+    branching = None
 
     def __init__(self, engine: VLLMRolloutEngine):
         self.engine = engine

@@ -32,7 +32,7 @@ from mmrlvr.config import Config, to_dict
 from mmrlvr.core.errors import TrainingError
 from mmrlvr.core.templates import apply_templates
 from mmrlvr.rollout import SamplingParams
-from mmrlvr.rollout.branching import branch_metrics
+from mmrlvr.rollout.diversity import rollout_metrics
 from mmrlvr.train import parallel
 from mmrlvr.train.checkpoint import rng_state, save_checkpoint, sharded_state
 from mmrlvr.train.evaluate import evaluate_ranks, write_records
@@ -102,7 +102,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
         "time/rollout_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": t3 - t2,
         "time/step_s": t3 - t0, "perf/rollout_tokens_per_s": rollouts.stats["rollout/tokens"] / (t1 - t0),
         "optim/lr": run.scheduler.get_last_lr()[0], **update, **shaped})
-    metrics.update(branch_metrics(rollouts, scores))
+    metrics.update(rollout_metrics(rollouts, scores, run.engine.branching))
     metrics.update(verifier_metrics(scores))
     run.scheduler.step()
     return mean_over_ranks(d, metrics)

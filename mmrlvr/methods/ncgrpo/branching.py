@@ -1,4 +1,4 @@
-"""NC-GRPO: latent-noise rollout branching (docs/methods.md, "NC-GRPO").
+"""NC-GRPO: latent-noise rollout branching (docs/methods.md, "NC-GRPO"; docs/ncgrpo.md).
 
 Part of every group is sampled from a displaced start: during the prefill pass only, Gaussian
 noise is added to the language model's hidden states at the prompt positions of the flagged
@@ -16,11 +16,15 @@ modality-agnostic: it acts on the text decoder, whatever encoder fed it.
 Which members are noisy: in each group of G, the LAST k = ⌊fraction·G + ½⌋ members
 (rows b·G + G-k … b·G + G-1); the first G-k are clean. Every rollout carries its tag
 ("clean"/"noisy") in `Rollouts.branch`. With `alpha: 0` the rows are still tagged but nothing
-is displaced and no random number is drawn (a placebo control); `kind: none` is plain GRPO.
+is displaced and no random number is drawn (a placebo control); `kind: none` is plain GRPO (the
+core's: no plug-in at all).
 
-Backend interface. A rollout backend receives a `NoisePlan` per generate call: per row a flag,
-a noise seed and a sign. `NoisePlan.row(n)` gives the per-request view (`RowNoise`) a vLLM model
-runner consumes. The contract any backend implements:
+Backend interface. The core's rollout-branching hook (`mmrlvr.rollout.base.BRANCHINGS`,
+`mmrlvr.methods.ncgrpo.plugin.LatentNoise`) hands a rollout backend a `NoisePlan` per generate
+call: per row a flag, a noise seed and a sign. `NoisePlan.row(n)` gives the per-request view
+(`RowNoise`) a vLLM model runner consumes (`mmrlvr.methods.ncgrpo.vllm_noise`);
+`NoisePlan.hooks` the HF engine's prefill hook (`latent_noise`). The contract any backend
+implements:
 
   * only in the forward pass that processes the prompt (prefill; with chunked prefill, every
     chunk of it, each chunk taking its own slice of ε), never while decoding;
@@ -48,17 +52,21 @@ import numpy as np
 import torch
 from torch import nn
 
-KINDS = ("none", "latent_noise")
+from mmrlvr.rollout.diversity import completion_tokens, distinct, final_answers, group_pairs, \
+    group_rows, normalised_edit
+
+KINDS = ("latent_noise",)
 SITES = ("last_layer_input", "final_hidden")
 NOISES = ("independent", "shared", "antithetic")
 
 
 @dataclass(frozen=True)
 class Branching:
-    """The `rollout.branching` config mapping, validated."""
+    """The `rollout.branching` config mapping of NC-GRPO, validated (`kind: none`, plain GRPO,
+    is the core's and never reaches here)."""
 
-    kind: str = "none"
-    """`none` (plain GRPO) or `latent_noise` (NC-GRPO)."""
+    kind: str = "latent_noise"
+    """`latent_noise` (NC-GRPO)."""
     fraction: float = 0.5
     """Share of each group sampled from the displaced prefill (the last ⌊fraction·G + ½⌋ members)."""
     alpha: float = 0.1
@@ -95,7 +103,7 @@ class Branching:
 
     def noisy_members(self, group_size: int) -> int:
         """How many members of a group of `group_size` are noisy (round half up)."""
-        return 0 if self.kind == "none" else math.floor(self.fraction * group_size + 0.5)
+        return math.floor(self.fraction * group_size + 0.5)
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,10 @@ class NoisePlan:
             return None
         return RowNoise(self.seeds[n], self.signs[n], self.alpha, self.site)
 
+    def hooks(self, model: nn.Module, row_mask: torch.Tensor):
+        """The HF engine's prefill hook for one `generate` call (`latent_noise`)."""
+        return latent_noise(model, self, row_mask)
+
     def displace(self, hidden: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
         """Noisy copy of prefill hidden states [N, P, d]; `prompt_mask` [N, P] marks real tokens."""
         out = hidden.clone()
@@ -162,14 +174,12 @@ class NoisePlan:
         return out
 
 
-def make_plan(branching: Branching, n_prompts: int, group_size: int) -> NoisePlan | None:
-    """The plan for one generate call, or None for plain GRPO.
+def make_plan(branching: Branching, n_prompts: int, group_size: int) -> NoisePlan:
+    """The plan for one generate call.
 
     Draws one number from torch's global RNG only when something is displaced (alpha > 0 and
-    k > 0), so `kind: none` and `alpha: 0` leave the sampling stream exactly as plain GRPO's.
+    k > 0), so `alpha: 0` leaves the sampling stream exactly as plain GRPO's.
     """
-    if branching.kind == "none":
-        return None
     k = branching.noisy_members(group_size)
     N = n_prompts * group_size
     flags = [g >= group_size - k for _ in range(n_prompts) for g in range(group_size)]
@@ -214,7 +224,7 @@ def find_decoder(model: nn.Module) -> nn.Module:
         raise BranchSiteError(
             f"latent-noise branching: cannot find the text decoder of {type(base).__name__} "
             f"(looked for one module with `embed_tokens`, a `layers` ModuleList and `norm`; "
-            f"found {names or 'none'}). Extend mmrlvr.rollout.branching.find_decoder for this "
+            f"found {names or 'none'}). Extend mmrlvr.methods.ncgrpo.branching.find_decoder for this "
             f"architecture, or set rollout.branching.kind: none")
     return found[0][1]
 
@@ -277,83 +287,24 @@ def latent_noise(model: nn.Module, plan: NoisePlan | None,
                            f"site {plan.site!r} of {type(model).__name__} is not on the generate path")
 
 
-EDIT_MAX_TOKENS = 256
-"""`rollout/pairwise_edit` compares the first this many tokens of each completion (our choice:
-it bounds the cost, O(pairs·256²), on long GPU completions; the CPU runs' are shorter)."""
-
-
-def normalised_edit(seqs: list[list[int]], pairs: list[tuple[int, int]]) -> np.ndarray:
-    """Levenshtein distance of each pair (i, j) of `seqs`, divided by the longer length (0 for
-    two empty ones): [len(pairs)] in [0, 1]. The O(n·m) dynamic programme, one row of the table
-    at a time for every pair at once; each row's insertions are a running minimum
-    (cur[j] = min over k <= j of cand[k] + j - k)."""
-    if not pairs:
-        return np.zeros(0)
-    a = [seqs[i] for i, _ in pairs]
-    b = [seqs[j] for _, j in pairs]
-    la, lb = np.array([len(x) for x in a]), np.array([len(x) for x in b])    # [P]
-    n, m = max(int(la.max()), 1), max(int(lb.max()), 1)
-    A, B = np.full((len(pairs), n), -1), np.full((len(pairs), m), -2)        # distinct pads
-    for p, (x, y) in enumerate(zip(a, b)):
-        A[p, :len(x)], B[p, :len(y)] = x, y
-    cols = np.arange(m + 1)
-    prev = np.tile(cols, (len(pairs), 1))                                    # D[0, j] = j
-    dist = np.where(la == 0, lb, 0)
-    for i in range(1, int(la.max()) + 1):
-        cand = np.empty_like(prev)                                           # [P, m+1]
-        cand[:, 0] = i
-        cand[:, 1:] = np.minimum(prev[:, :-1] + (A[:, i - 1:i] != B), prev[:, 1:] + 1)
-        prev = np.minimum.accumulate(cand - cols, axis=1) + cols
-        done = la == i
-        dist[done] = prev[done, lb[done]]
-    return dist / np.maximum(np.maximum(la, lb), 1)
-
-
-def _group_pairs(rows_by_group: list[list[int]]) -> list[tuple[int, int]]:
-    return [(r[x], r[y]) for r in rows_by_group for x in range(len(r)) for y in range(x + 1, len(r))]
-
-
 def branch_metrics(rollouts, scores: list[list[dict[str, float]]]) -> dict[str, float]:
-    """Per-step exploration figures of one batch of rollouts and their scores ([B][G] dicts).
+    """NC-GRPO's per-step figures of one batch of rollouts and their scores ([B][G] dicts),
+    logged after the core's `rollout/*` ones (`mmrlvr.rollout.diversity.rollout_metrics`).
 
-    Always: `rollout/distinct_answers` (mean over groups of distinct extracted final answers,
-    unparsed ones not counted), `rollout/pairwise_edit` (mean over the pairs of members of one
-    group of their token-level Levenshtein distance over the longer length; the first
-    `EDIT_MAX_TOKENS` tokens) and `rollout/first_token_entropy` (mean entropy of the first
-    sampled position, where the engine recorded it); where the rewards have an `accuracy` part,
-    `rollout/pass_at_group` (share of groups with at least one member scoring accuracy > 0).
-    With noisy members in the batch, also `branch/{clean,noisy}_{reward,accuracy,
+    With noisy members in the batch: `branch/{clean,noisy}_{reward,accuracy,
     first_token_entropy}`, `branch/{clean,noisy}_distinct_answers` and
     `branch/{clean,noisy}_pairwise_edit` (within the clean and within the noisy members of each
-    group), and `branch/noisy_frac`. The zero-spread group fraction is logged by the trainer
-    (`reward/zero_spread_frac`).
+    group), and `branch/noisy_frac`; without any (fraction 0, or an eval batch): nothing.
     """
-    from rewards.verify import extract_answer
-
-    G = rollouts.group_size
-    texts, branch = rollouts.texts, rollouts.branch
-    answers = [None if a is None else a.strip() for a in map(extract_answer, texts)]   # [N]
-    groups = [list(range(start, start + G)) for start in range(0, len(texts), G)]
-
-    def distinct(rows: list[int]) -> int:
-        return len({answers[i] for i in rows if answers[i] is not None})
-
-    kept = rollouts.completion_mask.bool()
-    seqs = [rollouts.completion_ids[r][kept[r]][:EDIT_MAX_TOKENS].tolist() for r in range(len(texts))]
-    flat = [s for group in scores for s in group]                                # [N]
-    out = {"rollout/distinct_answers": float(np.mean([distinct(g) for g in groups]))}
-    edits = normalised_edit(seqs, _group_pairs(groups))
-    if len(edits):
-        out["rollout/pairwise_edit"] = float(edits.mean())
-    if flat and "accuracy" in flat[0]:
-        out["rollout/pass_at_group"] = float(np.mean([any(flat[i]["accuracy"] > 0 for i in g)
-                                                      for g in groups]))
-    entropy = rollouts.stats.get("first_token_entropy")                         # [N] or absent
-    if entropy is not None:
-        out["rollout/first_token_entropy"] = float(entropy.mean())
+    branch = rollouts.branch
     if "noisy" not in branch:
-        return out
-    out["branch/noisy_frac"] = branch.count("noisy") / len(branch)
+        return {}
+    groups = group_rows(rollouts)
+    answers = final_answers(rollouts)
+    seqs = completion_tokens(rollouts)
+    flat = [s for group in scores for s in group]                                # [N]
+    entropy = rollouts.stats.get("first_token_entropy")                         # [N] or absent
+    out = {"branch/noisy_frac": branch.count("noisy") / len(branch)}
     for tag in ("clean", "noisy"):
         rows = [i for i, b in enumerate(branch) if b == tag]
         if not rows:
@@ -364,8 +315,9 @@ def branch_metrics(rollouts, scores: list[list[dict[str, float]]]) -> dict[str, 
         if entropy is not None:
             out[f"branch/{tag}_first_token_entropy"] = float(entropy[rows].mean())
         members = [[i for i in g if branch[i] == tag] for g in groups]
-        out[f"branch/{tag}_distinct_answers"] = float(np.mean([distinct(m) for m in members if m]))
-        edits = normalised_edit(seqs, _group_pairs(members))
+        out[f"branch/{tag}_distinct_answers"] = float(np.mean([distinct(answers, m)
+                                                               for m in members if m]))
+        edits = normalised_edit(seqs, group_pairs(members))
         if len(edits):
             out[f"branch/{tag}_pairwise_edit"] = float(edits.mean())
     return out

@@ -1,6 +1,6 @@
 """NC-GRPO latent noise inside vLLM's model runner (the `vllm` rollout backend).
 
-The contract is `mmrlvr.rollout.branching`'s: for a flagged request, every forward pass that
+The contract is `mmrlvr.methods.ncgrpo.branching`'s: for a flagged request, every forward pass that
 processes its prompt tokens adds s·α·‖h_t‖/√d·ε_t at those tokens, ε = `RowNoise.epsilon(L, d)`
 with L the request's prompt token count, each chunk of a chunked prefill taking its own rows
 ε[c : c+n]; decode tokens and clean requests are untouched.
@@ -28,7 +28,8 @@ whose output is a tensor or, with a residual argument, an (output, residual) tup
 The hooks are installed through a worker extension (`NoiseWorkerExtension`, vLLM's documented
 `worker_extension_cls` + `LLM.collective_rpc`), which works in-process and across processes.
 Python hooks need an eager model: CUDA-graph replay and vLLM's torch.compile graph skip them,
-so the engine is built with `enforce_eager=True` whenever noise is on.
+so the engine is built with `enforce_eager=True` whenever noise is on (the plug-in's
+`vllm_llm_kwargs`, `mmrlvr.methods.ncgrpo.plugin`).
 
 Nothing here imports vllm: the runner is reached through attributes only, so everything but the
 hook's installation is exercised by the CPU tests. Not yet run on a GPU.
@@ -43,7 +44,7 @@ from typing import Any
 
 import torch
 
-from mmrlvr.rollout.branching import SITES, BranchSiteError, RowNoise, find_decoder
+from mmrlvr.methods.ncgrpo.branching import SITES, BranchSiteError, RowNoise, find_decoder
 
 EXTRA_ARGS_KEY = "mmrlvr_noise"
 

@@ -5,9 +5,9 @@ over-long, undecodable → a message), resampled to the feature extractor's rate
 model's window, then asked through the audio adapter token by token (`apps.generate`: `encode` +
 `generation_inputs`, so the clip is encoded once), into the panels of `apps.panels`. Before the
 answers stream, the tab shows the clip's acoustic evidence
-(`rewards.audio_evidence.extract_evidence`); when they end, the static rubrics written from that
+(`mmrlvr.methods.audio_rubrics.evidence.extract_evidence`); when they end, the static rubrics written from that
 evidence (`static_rubrics`) are checked against each answer's reasoning by the rule-based judge
-(`rewards.rubric_judges.check_satisfied`), the static fallback of the AudioRubrics reward. A
+(`mmrlvr.methods.audio_rubrics.judges.check_satisfied`), the static fallback of the AudioRubrics reward. A
 multiple-choice question (options as `A. …` lines) with a gold letter or option gets the
 verifier's verdict. Clearing the clip clears the results.
 """
@@ -133,7 +133,7 @@ def rubric_rows(rubrics: list[dict[str, Any]], texts: list[str | None]
                 ) -> tuple[list[list[Any]], list[float]]:
     """Each static rubric checked against each completion's reasoning ("—" for a model not
     asked): (rows, weighted score per completion)."""
-    from rewards.rubric_judges import JudgeError, check_satisfied, reasoning_of
+    from mmrlvr.methods.audio_rubrics.judges import JudgeError, check_satisfied, reasoning_of
 
     reasonings = [None if t is None else reasoning_of(t) for t in texts]
     rows, totals = [], [0.0] * len(texts)
@@ -168,7 +168,7 @@ def answer(ctx: DemoContext, audio: Any, question: str, gold: str = "", sample: 
         if reason:
             yield [*panels[0], *panels[1], "", [], reason]
             return
-        from rewards.audio_evidence import evidence_for, static_rubrics
+        from mmrlvr.methods.audio_rubrics.evidence import evidence_for, static_rubrics
 
         clip, sr, note = model_clip(ctx.policy, rate, samples)
         evidence = evidence_for((samples, rate))

@@ -1,4 +1,4 @@
-"""Difficulty-aware sampling (mmrlvr.train.difficulty) against uniform order: a simulation and a
+"""Difficulty-aware sampling (mmrlvr.methods.difficulty.sampler) against uniform order: a simulation and a
 timing, printed as tables.
 
 Simulation (fixed): 200 synthetic prompts in 10 families of 20; 3 families are never solved
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from mmrlvr.algo import zero_spread_fraction
-from mmrlvr.train.difficulty import DifficultySampler
+from mmrlvr.methods.difficulty.sampler import DifficultySampler
 from mmrlvr.train.sampler import PromptSampler
 
 FAMILY_RATES = [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.2, 0.4, 0.6, 0.8]

@@ -77,6 +77,8 @@ def run(out: Path, steps: int, only: list[str]) -> None:
     for config in configs:
         if only and config.stem not in only:
             continue
+        if (out / "runs" / config.stem / "summary.json").exists():
+            continue                            # done in an earlier call: resume where it stopped
         task = task_of(config)
         made = prepare(out, task, log)
         run_dir = out / "runs" / config.stem
@@ -84,12 +86,16 @@ def run(out: Path, steps: int, only: list[str]) -> None:
         if config.stem == "shapes_ncgrpo_cpu":
             evals = (f"data.eval={{in: {made['data']}/test.jsonl, "
                      f"ood: {made['data']}/test_ood.jsonl}}")
+        extra = []
+        if config.stem == "shapes_opdvr_cpu":      # its teacher: the task's warm-start model here
+            extra = [f"algo.shaping=[{{name: opdvr, teacher: {made['model']}, coef: 0.1, "
+                     "correct_threshold: 0.5}]"]
         print(f"== {config.stem}", flush=True)
         mmrlvr("train", str(config.relative_to(ROOT)), f"model.path={made['model']}",
                f"data.train={made['data']}/train.jsonl", evals, f"train.steps={steps}",
                "train.batch_prompts=4", f"train.eval_every={steps}", "train.save_every=0",
-               "data.eval_limit=8", "train.seed=0", f"train.out_dir={run_dir}", "--overwrite",
-               log=log)
+               "data.eval_limit=8", "train.seed=0", f"train.out_dir={run_dir}", *extra,
+               "--overwrite", log=log)
 
 
 def rows(run_dir: Path) -> list[dict]:

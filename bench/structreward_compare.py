@@ -48,7 +48,7 @@ from mmrlvr.train.sft import sft
 from mmrlvr.tiny import build_tiny
 from mmrlvr.train.trainer import train
 from mmrlvr.tasks.shapes import make_shapes
-from rewards.struct_steps import StructStepsReward
+from mmrlvr.methods.structreward.steps import StructStepsReward
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "shapes_structreward_cpu.yaml"
 PLAIN_REWARDS = [{"name": "accuracy", "weight": 0.9}, {"name": "format", "weight": 0.1},

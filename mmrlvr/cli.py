@@ -163,7 +163,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 def _write_rubrics(out: Path, spec: dict) -> dict:
     """AudioRubrics' writer over every JSONL the task wrote: rubrics stored with each row."""
     from mmrlvr.data import load_jsonl, write_jsonl
-    from rewards.rubric_writer import RubricBook, write_rubrics
+    from mmrlvr.methods.audio_rubrics.writer import RubricBook, write_rubrics
 
     book = RubricBook.from_spec(spec)          # shared: one cache across the files
     counts = {}

@@ -51,7 +51,7 @@ def output_paths(out: str | Path) -> dict[str, Path]:
 def patch_from_completion(text: str, size: tuple[int, int]) -> tuple[Patch, str | None]:
     """The patch a completion holds, sized to the picture when it names no size, and the reason
     it holds none (an empty patch is returned then, so callers can still compose)."""
-    from rewards.translation import extract_patch
+    from mmrlvr.methods.transanytext.reward import extract_patch
 
     raw = extract_patch(text)
     try:

@@ -121,19 +121,6 @@ class Adapter:
         """The example's media as vLLM's `multi_modal_data` (none by default)."""
         return {}
 
-    def privileged_example(self, example: Example) -> Example:
-        """The example as PWSD's privileged teacher sees it; only some modalities have one."""
-        raise NotImplementedError(f"modality {self.name!r} has no privileged teacher prompt "
-                                  "(PWSD needs the image_translation modality)")
-
-    def encode_privileged(self, examples: list[Example], processor: Any,
-                          **options: Any) -> PromptBatch:
-        """`encode` of the privileged examples (PWSD's teacher prompts); the batch keeps the
-        original examples (rewards and ids stay the student's)."""
-        batch = self.encode([self.privileged_example(ex) for ex in examples], processor, **options)
-        batch.examples = list(examples)
-        return batch
-
     def generation_inputs(self, model: torch.nn.Module, batch: PromptBatch,
                           inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`generate` kwargs for un-expanded prompts (default: the processed inputs as they are)."""

@@ -1,7 +1,7 @@
 """Image-translation adapter (TransAnyText): the VLM reads an image and writes an HTML patch.
 
 Student prompt: the image + the target language (`instruction`). Privileged teacher prompt
-(PWSD, `mmrlvr.objectives.pwsd`): the same image and instruction plus the source-language patch
+(PWSD, `mmrlvr.methods.transanytext.pwsd`): the same image and instruction plus the source-language patch
 (`meta.source_patch`), so the teacher knows the text, boxes and styles it must carry over and
 only has to translate. Everything else — image loading, resizing, media slicing, token-count
 checks — is the vision adapter's.
@@ -61,5 +61,15 @@ class ImageTranslationAdapter(VisionAdapter):
     name = "image_translation"
 
     def privileged_example(self, example: Example) -> Example:
-        """The same image with `privileged_prompt` (the source-language patch) as the prompt."""
+        """The same image with `privileged_prompt` (the source-language patch) as the prompt:
+        what a privileged teacher reads (TransAnyText's PWSD, OPDVR's `privileged` teacher).
+        Only this modality has one; callers ask `hasattr(adapter, "encode_privileged")`."""
         return privileged_example(example)
+
+    def encode_privileged(self, examples: list[Example], processor: Any,
+                          **options: Any) -> PromptBatch:
+        """`encode` of the privileged examples; the batch keeps the original examples (rewards
+        and ids stay the student's)."""
+        batch = self.encode([self.privileged_example(ex) for ex in examples], processor, **options)
+        batch.examples = list(examples)
+        return batch

@@ -33,11 +33,7 @@ REWARDS = Registry("reward")
 for _name, _target in {
         "accuracy": "rewards.accuracy:AccuracyReward",
         "format": "rewards.format:FormatReward",
-        "pirl": "rewards.pirl:PirlReward",
-        "struct_steps": "rewards.struct_steps:StructStepsReward",
-        "audio_rubrics": "rewards.audio_rubrics:AudioRubricsReward",
-        "consensus": "rewards.consensus:ConsensusReward",
-        "translation": "rewards.translation:TranslationReward"}.items():
+        "consensus": "rewards.consensus:ConsensusReward"}.items():
     REWARDS.register(_name, _target)
 
 register = REWARDS.register

@@ -2,7 +2,7 @@
 
 Seed paper: OM-GRPO (label-free RLVR). A soft consensus over the group's own answers replaces
 the gold answer, plus a contrast term from pairwise comparisons of the group's trajectories;
-the answer-span gradient mask that goes with it is `mmrlvr/algo/om_grpo.py` (shaper "om_grpo").
+the answer-span gradient mask that goes with it is `mmrlvr/methods/om_grpo/shaper.py` (shaper "om_grpo").
 
 Per group of G completions of one example:
 

@@ -1,14 +1,17 @@
 """The layers docs/architecture.md draws, checked: every import points down a layer, modalities and rewards
 never import each other, the training core finds adapters and rewards through their registries,
-no two modules import each other in a circle, and no source file outgrows one sitting.
+the methods sit above the core behind a wall (the core imports none and names none but through
+its registries; no method imports another), no two modules import each other in a circle, and
+no source file outgrows one sitting.
 
 Layers, bottom up:
     1  mmrlvr.core, mmrlvr.config, mmrlvr.data, mmrlvr.patches   types, protocols, registry, data
     2  mmrlvr.models, modalities, rewards                          families, adapters, rewards
        (an adapter asks the model's family: modalities may import mmrlvr.models)
     3  mmrlvr.train, mmrlvr.rollout, mmrlvr.algo, mmrlvr.objectives  the training core
-    4  mmrlvr.stress, mmrlvr.tiny, mmrlvr.tasks, mmrlvr.translate, mmrlvr.compare   tools
-    5  mmrlvr.cli, apps                                            entry points
+    4  mmrlvr.methods (a folder per method)                          the research methods
+    5  mmrlvr.stress, mmrlvr.tiny, mmrlvr.tasks, mmrlvr.translate, mmrlvr.compare   tools
+    6  mmrlvr.cli, apps                                            entry points
 """
 from __future__ import annotations
 
@@ -22,13 +25,18 @@ LAYERS = {
     "mmrlvr": 1, "mmrlvr.core": 1, "mmrlvr.config": 1, "mmrlvr.data": 1, "mmrlvr.patches": 1,
     "mmrlvr.models": 2, "modalities": 2, "rewards": 2,
     "mmrlvr.train": 3, "mmrlvr.rollout": 3, "mmrlvr.algo": 3, "mmrlvr.objectives": 3,
-    "mmrlvr.stress": 4, "mmrlvr.tiny": 4, "mmrlvr.tasks": 4, "mmrlvr.translate": 4,
-    "mmrlvr.compare": 4, "mmrlvr.audit": 4,
-    "mmrlvr.cli": 5, "apps": 5,
+    "mmrlvr.methods": 4,
+    "mmrlvr.stress": 5, "mmrlvr.tiny": 5, "mmrlvr.tasks": 5, "mmrlvr.translate": 5,
+    "mmrlvr.compare": 5, "mmrlvr.audit": 5,
+    "mmrlvr.cli": 6, "apps": 6,
 }
+CORE = 3
+METHODS = "mmrlvr.methods"
 CORE_MAY_IMPORT = {"modalities", "rewards", "rewards.verify", "mmrlvr.models"}
 """What layer 3 may import from layer 2: the registries (package roots: adapters, rewards, model
 families) and the verifier's public API (README, "The verifier": `rewards.verify.extract_answer` / `match`)."""
+PLUGIN_TABLE = "mmrlvr.core.registry"
+"""The one core module that names the methods' package (`PLUGINS`: imported to register them)."""
 MAX_LINES = 500
 
 
@@ -79,7 +87,7 @@ def test_every_import_points_down_a_layer():
             if lt > ls or (lt == ls == 2 and not same_room and not family):
                 wrong.append(f"{path.relative_to(ROOT)}:{line}: {src} (layer {ls}) imports "
                              f"{target} (layer {lt})")
-            elif ls == 3 and lt == 2 and target not in CORE_MAY_IMPORT:
+            elif ls == CORE and lt == 2 and target not in CORE_MAY_IMPORT:
                 wrong.append(f"{path.relative_to(ROOT)}:{line}: {src} (the core) imports "
                              f"{target}; reach adapters and rewards through their registries")
     assert not wrong, "imports across the layers the wrong way:\n" + "\n".join(wrong)
@@ -119,3 +127,47 @@ def test_no_source_file_outgrows_one_sitting():
 def test_the_layer_map_covers_every_module():
     unmapped = [m for m in modules() if not any(m == p or m.startswith(p + ".") for p in LAYERS)]
     assert not unmapped
+
+
+def method_of(module: str) -> str | None:
+    """The method folder a module belongs to (`mmrlvr.methods.NAME...` -> NAME), else None."""
+    parts = module.split(".")
+    return parts[2] if module.startswith(METHODS + ".") and len(parts) > 2 else None
+
+
+def test_no_method_imports_another_method():
+    mods = modules()
+    wrong = [f"{path.relative_to(ROOT)}:{line}: {src} imports {target}"
+             for src, path in sorted(mods.items()) if method_of(src)
+             for target, line in imports(path, set(mods))
+             if method_of(target) and method_of(target) != method_of(src)]
+    assert not wrong, "methods importing each other (share through the core instead):\n" + \
+        "\n".join(wrong)
+
+
+def test_the_core_names_no_method_but_through_its_plugin_table():
+    """No string of the core (layers 1-3) names a method module: the methods register themselves
+    (`mmrlvr.methods`), and only `mmrlvr.core.registry.PLUGINS` names their package."""
+    wrong = []
+    for src, path in sorted(modules().items()):
+        if layer_of(src) > CORE or src == PLUGIN_TABLE:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        docstrings = {id(node.value) for node in ast.walk(tree)       # prose: docs, not code
+                      if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in docstrings and METHODS in node.value:
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    assert not wrong, "core code naming a method (register it from its folder):\n" + "\n".join(wrong)
+
+
+def test_every_method_folder_is_registered_and_documents_its_switch():
+    import mmrlvr.methods as methods
+
+    folders = sorted(p.name for p in (ROOT / "mmrlvr" / "methods").iterdir()
+                     if p.is_dir() and (p / "__init__.py").exists())
+    assert folders == sorted(methods.METHODS)
+    for name in folders:
+        doc = ast.get_docstring(ast.parse((ROOT / "mmrlvr/methods" / name / "__init__.py").read_text()))
+        assert doc and "off" in doc.lower(), f"mmrlvr/methods/{name}/__init__.py: say how it is switched off"

@@ -12,9 +12,9 @@ import soundfile as sf
 
 import rewards
 from mmrlvr.data import Example
-from rewards.audio_evidence import extract_evidence, order_facts, static_rubrics
-from rewards.audio_rubrics import AudioRubricsReward
-from rewards.rubric_judges import (
+from mmrlvr.methods.audio_rubrics.evidence import extract_evidence, order_facts, static_rubrics
+from mmrlvr.methods.audio_rubrics.reward import AudioRubricsReward
+from mmrlvr.methods.audio_rubrics.judges import (
     JudgeError,
     LLMJudge,
     Rubric,

@@ -12,7 +12,7 @@ from mmrlvr.patches.schema import parse, validate
 from mmrlvr.patches.render import text_width
 from mmrlvr.train.sft import sft_target
 from mmrlvr.tasks.banners import PAIRS, PHRASES, make_banners
-from rewards.translation import extract_patch
+from mmrlvr.methods.transanytext.reward import extract_patch
 
 
 @pytest.fixture(scope="module")

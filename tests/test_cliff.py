@@ -1,4 +1,4 @@
-"""Cliff (mmrlvr.algo.cliff): the first mistake found by StructReward's alignment or a teacher,
+"""Cliff (mmrlvr.methods.cliff.shaper): the first mistake found by StructReward's alignment or a teacher,
 mapped to tokens by hand on the tiny tokenizer, the http judge against a local stand-in
 (timeouts and malformed replies counted), and one GRPO step on the tiny Qwen2.5-VL."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import rewards
-from mmrlvr.algo.cliff import (
+from mmrlvr.methods.cliff.shaper import (
     Cliff,
     HttpJudge,
     JudgeError,

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from mmrlvr.objectives.dash import DashOptions, dash_weights
-from mmrlvr.objectives.pwsd import PWSD, pwsd_loss
+from mmrlvr.methods.transanytext.dash import DashOptions, dash_weights
+from mmrlvr.methods.transanytext.pwsd import PWSD, pwsd_loss
 
 D = [1.0, 2.0, 0.0, 4.0, 2.0]                   # per-token divergence, masked mean d̄ = 1.8
 

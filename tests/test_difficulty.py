@@ -1,4 +1,4 @@
-"""Difficulty-aware prompt sampling (mmrlvr.train.difficulty): the Beta-Binomial likelihood and
+"""Difficulty-aware prompt sampling (mmrlvr.methods.difficulty.sampler): the Beta-Binomial likelihood and
 one mean-field update by hand, the simulation against uniform order, determinism, resume, the
 floor, clear errors, and a GRPO step on the tiny model with the sampler as a drop-in."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmrlvr.train.difficulty import DifficultySampler, beta_binomial_logpmf, log_beta
+from mmrlvr.methods.difficulty.sampler import DifficultySampler, beta_binomial_logpmf, log_beta
 from mmrlvr.train.sampler import PromptSampler
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "difficulty_sampler.py"

@@ -1,5 +1,5 @@
 """OM-GRPO: the consensus reward (rewards/consensus.py) and the answer-span mask
-(mmrlvr/algo/om_grpo.py) against hand computations, and one GRPO step with both."""
+(mmrlvr/methods/om_grpo/shaper.py) against hand computations, and one GRPO step with both."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +10,7 @@ import torch
 
 import rewards
 from mmrlvr.algo import grpo_loss
-from mmrlvr.algo.om_grpo import answer_span, answer_token_mask
+from mmrlvr.methods.om_grpo.shaper import answer_span, answer_token_mask
 from mmrlvr.algo.shaping import ShapeContext, build, token_credit
 from mmrlvr.data import Example
 from rewards.consensus import ConsensusReward

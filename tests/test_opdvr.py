@@ -1,4 +1,4 @@
-"""OPDVR (mmrlvr.algo.opdvr): the ReLU gate by correctness and the advantage change by hand, the
+"""OPDVR (mmrlvr.methods.opdvr.shaper): the ReLU gate by correctness and the advantage change by hand, the
 teacher's checks, and GRPO steps on the tiny model with a same-weights and a different teacher."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import modalities
-from mmrlvr.algo.opdvr import OPDVR, gated_gap, rollout_correct
+from mmrlvr.methods.opdvr.shaper import OPDVR, gated_gap, rollout_correct
 from mmrlvr.algo.shaping import SHAPERS, ShapeContext, build, token_credit
 
 TEACHER = torch.tensor([[-1.0, -0.5, -2.0], [-0.2, -3.0, -1.0], [-1.0, -1.0, -1.0]])   # [3, 3]

@@ -11,7 +11,7 @@ import rewards
 from mmrlvr.config import ConfigError, load_config, to_dict
 from mmrlvr.data import Example
 from mmrlvr.objectives import StepContext, build
-from mmrlvr.objectives.pirl_consistency import PirlConsistency, instruction_mask, token_kl
+from mmrlvr.methods.pirl.consistency import PirlConsistency, instruction_mask, token_kl
 from mmrlvr.rollout import SamplingParams, make_engine
 from mmrlvr.core.templates import HELDOUT_TEMPLATES, TRAIN_TEMPLATES, apply_templates
 from rewards.base import build_combined

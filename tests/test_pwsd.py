@@ -9,7 +9,7 @@ import torch
 import modalities
 from mmrlvr.config import ModelConfig
 from mmrlvr.objectives import StepContext, build
-from mmrlvr.objectives.pwsd import PWSD, pwsd_loss
+from mmrlvr.methods.transanytext.pwsd import PWSD, pwsd_loss
 from mmrlvr.core.types import select
 
 

@@ -13,7 +13,7 @@ from mmrlvr import objectives
 from mmrlvr.data import load_jsonl
 from mmrlvr.algo.shaping import is_correct
 from mmrlvr.objectives import StepContext
-from mmrlvr.objectives.recycling import Recycling, build_instances, collate
+from mmrlvr.methods.structreward.recycling import Recycling, build_instances, collate
 from mmrlvr.rollout import SamplingParams, make_engine
 from mmrlvr.core.types import select
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from mmrlvr.data import Example
-from rewards.audio_rubrics import AudioRubricsReward
-from rewards.rubric_checks import check_satisfied, count_claims, infer_check, numbers_in
-from rewards.rubric_judges import GroupContext, Rubric, RuleJudge, separation_weights
+from mmrlvr.methods.audio_rubrics.reward import AudioRubricsReward
+from mmrlvr.methods.audio_rubrics.checks import check_satisfied, count_claims, infer_check, numbers_in
+from mmrlvr.methods.audio_rubrics.judges import GroupContext, Rubric, RuleJudge, separation_weights
 
 COUNT_3 = {"kind": "count", "value": 3}
 

@@ -11,9 +11,9 @@ from typing import ClassVar
 import pytest
 
 from mmrlvr.data import Example, load_jsonl, write_jsonl
-from rewards.audio_rubrics import AudioRubricsReward
-from rewards.rubric_checks import JudgeError
-from rewards.rubric_writer import LLMWriter, RubricBook, Sample, parse_rubrics, write_rubrics, writer_prompt
+from mmrlvr.methods.audio_rubrics.reward import AudioRubricsReward
+from mmrlvr.methods.audio_rubrics.checks import JudgeError
+from mmrlvr.methods.audio_rubrics.writer import LLMWriter, RubricBook, Sample, parse_rubrics, write_rubrics, writer_prompt
 
 EVIDENCE = {"duration_s": 2.0, "onset_count": 3, "onset_times_s": [0.2, 0.6, 1.0],
             "events": [{"start_s": 0.2, "end_s": 0.35, "duration_s": 0.15, "pitch_hz": 440.0,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mmrlvr.algo import grpo_loss
-from mmrlvr.algo.cue_grpo import answer_form, strategy_cue
+from mmrlvr.methods.cue_grpo.shaper import answer_form, strategy_cue
 from mmrlvr.algo.shaping import SHAPERS, ShapeContext, build, token_credit
 
 

@@ -16,7 +16,7 @@ import rewards
 from mmrlvr.config import load_config
 from mmrlvr.data import DataError, Example, load_dataset, load_jsonl
 from mmrlvr.train.logger import read_metrics
-from rewards.struct_steps import (
+from mmrlvr.methods.structreward.steps import (
     StructStepsReward,
     align,
     match_lexical,
@@ -296,7 +296,7 @@ def test_structreward_off_is_plain_grpo_exactly(tmp_path, tiny_vl, shapes_dir, m
     (tmp_path / "parity.py").write_text(PARITY)
     # plain run, with the recycling module made unimportable: the plain path never needs it
     with monkeypatch.context() as patch:
-        patch.setitem(sys.modules, "mmrlvr.objectives.recycling", None)
+        patch.setitem(sys.modules, "mmrlvr.methods.structreward.recycling", None)
         _train(_config(tmp_path, tiny_vl, shapes_dir, "plain"))
     plain = _stable(tmp_path / "plain")
 

@@ -12,8 +12,8 @@ import yaml
 
 from mmrlvr.data import DataError, load_jsonl
 from mmrlvr.tasks.tones import FAMILIES, load_layout, make_tones
-from rewards.audio_evidence import order_facts
-from rewards.rubric_judges import numbers_in, order_claims
+from mmrlvr.methods.audio_rubrics.evidence import order_facts
+from mmrlvr.methods.audio_rubrics.judges import numbers_in, order_claims
 from rewards.verify import match
 
 CONFIG = Path(__file__).parent.parent / "configs" / "tones_cpu.yaml"

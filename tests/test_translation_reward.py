@@ -7,7 +7,7 @@ import rewards
 from mmrlvr.data import Example
 from mmrlvr.patches.schema import Patch, TextBox, to_html
 from rewards.base import build_combined
-from rewards.translation import extract_patch, match_boxes
+from mmrlvr.methods.transanytext.reward import extract_patch, match_boxes
 
 REF = Patch([TextBox("Sommerschlussverkauf", 10, 8, 200, 30, 20, weight=700, color=(200, 30, 30),
                      align="center"),

@@ -18,7 +18,7 @@ from mmrlvr.data import Example
 from rewards import verify
 from rewards.accuracy import AccuracyReward
 from rewards.format import FormatReward
-from rewards.pirl import PirlReward
+from mmrlvr.methods.pirl.reward import PirlReward
 from rewards.verify import TOO_COMPLEX, extract_outcome, match_outcome
 
 BOUND_S = 5.0  # CPU seconds: 100x the measured worst (~50 ms), a fifth of the fastest unbounded case

@@ -74,12 +74,8 @@ class Shaper(Protocol):
 
 
 SHAPERS = Registry("shaping method")
-SHAPERS.register("gapo", "mmrlvr.algo.gapo:GAPO")
-SHAPERS.register("cue_grpo", "mmrlvr.algo.cue_grpo:CueGRPO")
-SHAPERS.register("gmts", "mmrlvr.algo.gmts:GMTS")
-SHAPERS.register("om_grpo", "mmrlvr.algo.om_grpo:OMGRPO")
-SHAPERS.register("cliff", "mmrlvr.algo.cliff:Cliff")
-SHAPERS.register("opdvr", "mmrlvr.algo.opdvr:OPDVR")
+"""Filled by the methods that shape credit (`mmrlvr.methods`: GAPO, Cue-GRPO, GMTS, OM-GRPO,
+OPDVR, Cliff), each from its own folder."""
 
 
 def build(specs: list[dict[str, Any]]) -> list[Shaper]:

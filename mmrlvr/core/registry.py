@@ -25,6 +25,22 @@ class UnknownName(ConfigError, KeyError):
         return str(self.args[0])
 
 
+PLUGINS = ["mmrlvr.methods"]
+"""Packages that register plug-ins when imported. The research methods (`mmrlvr.methods`, one
+folder each) sit above the core and register their hooks into the core's registries; the core
+never imports them. A registry imports these packages (by name, once) the first time it is asked
+for a name it does not hold, or for its names. A user's own plug-in package can be appended."""
+_discovered: set[str] = set()
+
+
+def discover() -> None:
+    """Import every package of `PLUGINS` not imported yet (each registers its plug-ins)."""
+    for package in list(PLUGINS):
+        if package not in _discovered:
+            _discovered.add(package)
+            importlib.import_module(package)
+
+
 class Registry:
     """Names → plug-ins (a class, a function, or a lazy "module:attribute" string)."""
 
@@ -44,6 +60,8 @@ class Registry:
 
     def get(self, name: str) -> Any:
         if name not in self._entries:
+            discover()
+        if name not in self._entries:
             near = difflib.get_close_matches(name, self._entries, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise UnknownName(f"unknown {self.kind} {name!r}{hint}; known: {self.names()}")
@@ -60,7 +78,10 @@ class Registry:
         return factory(**options)
 
     def names(self) -> list[str]:
+        discover()
         return sorted(self._entries)
 
     def __contains__(self, name: str) -> bool:
+        if name not in self._entries:
+            discover()
         return name in self._entries

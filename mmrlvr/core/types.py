@@ -84,14 +84,6 @@ class ModalityAdapter(Protocol):
     def vllm_media(self, example: Example, processor: Any = None) -> dict[str, list]:
         """The example's media as vLLM's `multi_modal_data`."""
 
-    def privileged_example(self, example: Example) -> Example:
-        """The example as a privileged teacher sees it (PWSD); adapters without one raise
-        NotImplementedError."""
-
-    def encode_privileged(self, examples: list[Example], processor: Any,
-                          **options: Any) -> PromptBatch:
-        """`encode` of the privileged examples (PWSD's teacher prompts)."""
-
 
 class Reward(Protocol):
     """A reward scores a whole group: one dict per completion with `overall` and any named

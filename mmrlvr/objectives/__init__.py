@@ -59,7 +59,5 @@ def build(specs: list[dict[str, Any]]) -> list[tuple[float, Objective]]:
         out.append((weight, OBJECTIVES.build(name, **spec)))
     return out
 
-
-register("recycling", "mmrlvr.objectives.recycling:Recycling")
-register("pirl_consistency", "mmrlvr.objectives.pirl_consistency:PirlConsistency")
-register("pwsd", "mmrlvr.objectives.pwsd:PWSD")
+"""Filled by the methods with an auxiliary objective (`mmrlvr.methods`: PIRL's consistency,
+StructReward's recycling, TransAnyText's PWSD), each from its own folder."""

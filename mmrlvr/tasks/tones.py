@@ -14,7 +14,7 @@ Differences are made clear (pitch ratio >= 1.5, >= 10 dB, rate ratio >= 1.6, dur
 >= 1.8). The answer is fixed first (dealt evenly over each family's answers) and the clip built to
 match; options are shuffled, the gold is a letter. Each row's `meta` holds the family, the
 generating parameters, the acoustic `evidence` measured from the written file
-(`rewards.audio_evidence`) and the static `rubrics` written from it, so the AudioRubrics reward
+(`mmrlvr.methods.audio_rubrics.evidence`) and the static `rubrics` written from it, so the AudioRubrics reward
 needs no audio decoding at training time. `reasoning` is the supervised warm start's reference
 (`reference_reasoning`): the options restated, the quantities the clip was made with (pitch, level,
 rate, length), the verdict and the letter.
@@ -194,7 +194,7 @@ def make_item(family: str, rng: random.Random, cell: Any, clip_s: float = 2.0) -
 def _example(item: dict[str, Any], family: str, ex_id: str, audio_rel: str, audio_abs: Path) -> Example:
     import soundfile as sf
 
-    from rewards.audio_evidence import evidence_for, static_rubrics
+    from mmrlvr.methods.audio_rubrics.evidence import evidence_for, static_rubrics
 
     audio_abs.parent.mkdir(parents=True, exist_ok=True)
     sf.write(str(audio_abs), item["wave"], SR, subtype="PCM_16")
@@ -371,7 +371,7 @@ def load_layout(spec: str, *, on_error: str = "raise", audio_dir: str | None = N
 def convert(spec: str, out_dir: str | Path, *, evidence: bool = True, on_error: str = "raise",
             audio_dir: str | None = None) -> dict[str, Any]:
     """Write `spec`'s rows as `out_dir/<file stem>.jsonl` with evidence and static rubrics in `meta`."""
-    from rewards.audio_evidence import evidence_for, static_rubrics
+    from mmrlvr.methods.audio_rubrics.evidence import evidence_for, static_rubrics
 
     examples = load_layout(spec, on_error=on_error, audio_dir=audio_dir)
     if evidence:

@@ -1,7 +1,28 @@
-"""A seeded, resumable prompt order: a fresh permutation each epoch, a cursor into it."""
+"""A seeded, resumable prompt order: a fresh permutation each epoch, a cursor into it; and the
+hook other prompt samplers plug into (`train.sampler`).
+
+A sampler has `next(k)` (the next k dataset indices) and `cursor` (prompts drawn so far, saved in
+checkpoints); one that learns from outcomes also has `observe(indices, wins, group_size)`, and
+one with state `state_dict()`/`load_state_dict()`, both called by the trainer where present.
+"""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from mmrlvr.core.registry import Registry
+
+SAMPLERS = Registry("prompt sampler")
+"""`train.sampler` names other than `uniform`: factories `(train_data, seed, **train.sampler_options)
+-> sampler`, registered by the methods that bring one (`mmrlvr.methods.difficulty`)."""
+
+
+def make_sampler(name: str, train_data: Any, seed: int, options: dict[str, Any]) -> Any:
+    """`uniform`: the seeded permutations (no options); else the registered sampler."""
+    if name == "uniform":
+        return PromptSampler(len(train_data), seed)
+    return SAMPLERS.get(name)(train_data, seed, **options)
 
 
 class PromptSampler:

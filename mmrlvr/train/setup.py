@@ -6,7 +6,6 @@ before anything loads.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import random
 import sys
@@ -30,8 +29,7 @@ from mmrlvr.train.checkpoint import latest_checkpoint, load_sharded, load_traine
 from mmrlvr.train.parallel import Dist, LaunchError
 from mmrlvr.train.policy import Policy, bf16_update_warning, load_model
 from mmrlvr.train.rundir import RunDirError, claim
-from mmrlvr.train.difficulty import DifficultySampler
-from mmrlvr.train.sampler import PromptSampler
+from mmrlvr.train import sampler as sampler_mod
 from rewards import build_combined
 
 
@@ -89,7 +87,8 @@ class Run:
     scheduler: Any
     train_data: list
     eval_data: list
-    sampler: PromptSampler | DifficultySampler
+    sampler: Any
+    """`PromptSampler`, or the sampler `train.sampler` names (`mmrlvr.train.sampler`)."""
     ref_model: torch.nn.Module | None
     run_dir: Path
     report: LoadReport
@@ -228,18 +227,10 @@ def build_run(cfg: Config, resume: bool = False, overwrite: bool = False,
         raise
 
 
-def make_sampler(cfg: Config, train_data) -> PromptSampler | DifficultySampler:
-    """`train.sampler`: the uniform order, or the difficulty-aware one over the prompts' texts."""
-    if cfg.train.sampler == "uniform":
-        return PromptSampler(len(train_data), cfg.train.seed)
-    known = set(inspect.signature(DifficultySampler).parameters) - {"texts", "seed", "families", "cursor"}
-    unknown = sorted(set(cfg.train.sampler_options) - known)
-    if unknown:
-        raise ValueError(f"train.sampler_options: unknown option(s) {unknown}; the difficulty "
-                         f"sampler takes {sorted(known)}")
-    rows = [(ex.prompt, ex.meta.get("family")) for ex in train_data]     # one pass (lazy splits too)
-    return DifficultySampler([p for p, _ in rows], cfg.train.seed, families=[f for _, f in rows],
-                             **cfg.train.sampler_options)
+def make_sampler(cfg: Config, train_data) -> Any:
+    """`train.sampler`: the uniform order, or a registered sampler (`mmrlvr.train.sampler`)."""
+    return sampler_mod.make_sampler(cfg.train.sampler, train_data, cfg.train.seed,
+                                    cfg.train.sampler_options)
 
 
 def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool,

@@ -63,6 +63,9 @@ def encode_targets(tokenizer, texts: list[str], eos_id: int, pad_id: int
 def privileged_rows(adapter: ModalityAdapter, batch: list[Example], fraction: float,
                     rng: random.Random) -> list[Example]:
     """`batch` with round(fraction·len) rows (a seeded draw) switched to the teacher's prompt."""
+    if fraction > 0 and not hasattr(adapter, "privileged_example"):
+        raise ValueError(f"sft.privileged_fraction needs a modality with a privileged teacher "
+                         f"prompt (image_translation); model.modality is {adapter.name!r}")
     k = round(fraction * len(batch))
     chosen = set(rng.sample(range(len(batch)), k)) if k else set()
     return [adapter.privileged_example(ex) if i in chosen else ex

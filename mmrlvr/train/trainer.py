@@ -76,7 +76,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     nonfinite = ~torch.isfinite(rewards)                  # user rewards were caught already
     rewards = rewards.masked_fill(nonfinite, 0.0)
     advantages = group_advantages(rewards, cfg.algo.advantage, cfg.algo.eps)       # [B, G]
-    if cfg.train.sampler == "difficulty":     # every rank observes the whole step: same state
+    if hasattr(run.sampler, "observe"):       # every rank observes the whole step: same state
         observe_outcomes(run, indices, scores)
     t2 = time.perf_counter()
 
@@ -259,8 +259,9 @@ def ranks_in_sync(run: Run) -> bool | None:
 
 
 def observe_outcomes(run: Run, indices: list[int], scores: list[list[dict[str, float]]]) -> None:
-    """Feed the difficulty sampler each prompt's successes: the `accuracy` part of its members'
-    rewards where the run scores one, else the total clipped to [0, 1]."""
+    """Feed a sampler that learns from outcomes (`train.sampler: difficulty`) each prompt's
+    successes: the `accuracy` part of its members' rewards where the run scores one, else the
+    total clipped to [0, 1]."""
     key = "accuracy" if scores and "accuracy" in scores[0][0] else "overall"
     wins = [sum(min(max(s[key], 0.0), 1.0) for s in group) for group in scores]
     parts = run.dist.gather((indices, wins))
@@ -273,7 +274,7 @@ def _save(run: Run, step: int) -> None:
     rng = d.gather(rng_state())
     state = {"step": step, "scheduler": run.scheduler.state_dict(), "rng": rng,
              "cursor": run.sampler.cursor, "world_size": d.world, "strategy": d.strategy}
-    if run.cfg.train.sampler == "difficulty":
+    if hasattr(run.sampler, "state_dict"):
         state["sampler"] = run.sampler.state_dict()
     sharded = None
     if d.strategy == "fsdp2":

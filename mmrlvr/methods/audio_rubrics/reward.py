@@ -2,13 +2,13 @@
 
 For each group of G rollouts of one prompt, every step:
 
-  1. the sample's rubrics. With a `writer` (`{kind: http | hf, ...}`, `rewards.rubric_writer`):
+  1. the sample's rubrics. With a `writer` (`{kind: http | hf, ...}`, `mmrlvr.methods.audio_rubrics.writer`):
      query-specific rubrics a model wrote from the question, options, gold and the measured
      acoustic evidence, once per sample (cached; `cache_path` keeps them across runs), or stored
      with the dataset by `write_rubrics` (`meta.rubric_source: written`); when the writer fails,
      the templated rubrics below, counted and logged. Without one (the default, offline): the
      templated rubrics stored with the sample (`meta.rubrics`, written from the waveform's
-     acoustic evidence by `rewards.audio_evidence.static_rubrics`), else templated here from
+     acoustic evidence by `mmrlvr.methods.audio_rubrics.evidence.static_rubrics`), else templated here from
      `meta.evidence` or from the audio file itself (cached by path);
   2. the judge sees evidence, question, gold, the rubrics and every rollout's reasoning tagged
      correct/wrong; it proposes up to `max_proposals` new rubrics (each with a polarity) and says
@@ -17,7 +17,7 @@ For each group of G rollouts of one prompt, every step:
      dropped; the `top_k` with the largest standard deviation stay;
   4. weights w_k from the judge, normalised to sum 1 (uniform if it fails): an LLM judge's second
      call, or the rule judge's separation weights w_k ∝ σ_k, the rubric's standard deviation
-     over the group (`rewards.rubric_judges`);
+     over the group (`mmrlvr.methods.audio_rubrics.judges`);
   5. R_rubric_g = Σ_k w_k · s_kg ∈ [0, 1] (0.5 when no rubric is left);
 
     overall = w_acc·acc + w_fmt·format + λ_r·R_rubric + λ_o·(1 − min(think, budget)/budget)
@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from mmrlvr.data import Example
-from rewards.audio_evidence import evidence_for, static_rubrics
+from mmrlvr.methods.audio_rubrics.evidence import evidence_for, static_rubrics
 from rewards.format import is_well_formatted
-from rewards.rubric_judges import (
+from mmrlvr.methods.audio_rubrics.judges import (
     GroupContext,
     JudgeError,
     Rubric,
@@ -55,7 +55,7 @@ from rewards.rubric_judges import (
     reasoning_of,
     spread,
 )
-from rewards.rubric_writer import RubricBook, sample_of
+from mmrlvr.methods.audio_rubrics.writer import RubricBook, sample_of
 from rewards.verify import extract_answer, match
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")

@@ -21,7 +21,7 @@ degenerated both into repeated phrases within 100 steps (the KL stayed small —
 degenerated too); a frozen teacher cannot follow the student there.
 
 `dash: {beta, gamma, horizon, normalize}` (default off) multiplies w_t by DASH's per-token
-weights m_t from the same detached KL (mmrlvr/objectives/dash.py); off is the loss above bit for bit.
+weights m_t from the same detached KL (mmrlvr/methods/transanytext/dash.py); off is the loss above bit for bit.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from mmrlvr.objectives import sample_rows
-from mmrlvr.objectives.dash import DashOptions, dash_stats, dash_weights
+from mmrlvr.methods.transanytext.dash import DashOptions, dash_stats, dash_weights
 from mmrlvr.core.types import select
 
 
@@ -86,13 +86,12 @@ class PWSD:
         prompt_rows = [r // G for r in rows]
         student, _ = select(rollouts.prompts, prompt_rows)
         distinct = list(dict.fromkeys(prompt_rows))
-        try:
-            teacher_batch = policy.adapter.encode_privileged(        # same system/format prompts
-                [rollouts.prompts.examples[i] for i in distinct], policy.processor,
-                **rollouts.prompts.prompt_options)
-        except NotImplementedError:
+        if not hasattr(policy.adapter, "encode_privileged"):
             raise ValueError(f"pwsd needs the image_translation modality (model.modality), "
-                             f"got {policy.adapter.name!r}, which has no privileged prompt") from None
+                             f"got {policy.adapter.name!r}, which has no privileged prompt")
+        teacher_batch = policy.adapter.encode_privileged(        # same system/format prompts
+            [rollouts.prompts.examples[i] for i in distinct], policy.processor,
+            **rollouts.prompts.prompt_options)
         teacher, _ = select(teacher_batch, [distinct.index(i) for i in prompt_rows])
         mask = rollouts.completion_mask[rows]
         width = max(int(mask.sum(dim=1).max()), 1)

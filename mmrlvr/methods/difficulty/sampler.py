@@ -44,6 +44,7 @@ Cost: the graph O(nnz·N) once; a step O(N·K) for the draw and O(sweeps·(E + N
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import re
@@ -283,3 +284,15 @@ class DifficultySampler:
         self.cursor = int(state["cursor"])
         self.successes, self.trials, self.beliefs = successes, trials, beliefs
         self._refresh_likelihood()
+
+
+def build(train_data: Sequence[Any], seed: int, **options: Any) -> DifficultySampler:
+    """`train.sampler: difficulty` over the prompts' texts and task families, with
+    `train.sampler_options` (an unknown option is refused by name)."""
+    known = set(inspect.signature(DifficultySampler).parameters) - {"texts", "seed", "families", "cursor"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"train.sampler_options: unknown option(s) {unknown}; the difficulty "
+                         f"sampler takes {sorted(known)}")
+    rows = [(ex.prompt, ex.meta.get("family")) for ex in train_data]     # one pass (lazy splits too)
+    return DifficultySampler([p for p, _ in rows], seed, families=[f for _, f in rows], **options)

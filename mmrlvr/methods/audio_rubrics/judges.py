@@ -12,7 +12,7 @@ A judge does two things for one GRPO group (docs/methods.md, "AudioRubrics"):
 
 `RuleJudge` (default: offline, deterministic) grounds both in the computed evidence: a rubric's
 `check` is evaluated on the reasoning (`<think>` part) by reading its claims
-(`rewards.rubric_checks`: counts stated as counts, comparisons such as "the second tone is
+(`mmrlvr.methods.audio_rubrics.checks`: counts stated as counts, comparisons such as "the second tone is
 higher"), and new rubrics come from claims that separate correct from wrong rollouts and agree
 (positive) or disagree (negative) with the evidence. A rubric with no check (free text from an
 LLM writer) cannot be judged by rules: it gets "no" on every rollout, so its zero spread drops it.
@@ -32,7 +32,7 @@ accuracy term already rewards it. Before, the weights were fixed per category (p
 reasoning 1.5, grounding 1, style 0.5), blind to the group.
 
 `LLMJudge` asks a language model, either a local HF model or an OpenAI-compatible HTTP endpoint
-(`POST {url}/chat/completions`, `rewards.rubric_llm`), with a timeout and retries; a reply that
+(`POST {url}/chat/completions`, `mmrlvr.methods.audio_rubrics.llm`), with a timeout and retries; a reply that
 is not the JSON asked for counts as a failure, and it weighs with a second call. Every failure
 raises `JudgeError`, on which the reward falls back to the static rubrics.
 """
@@ -44,8 +44,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from rewards.audio_evidence import AUDIO_WORDS, order_facts
-from rewards.rubric_checks import (
+from mmrlvr.methods.audio_rubrics.evidence import AUDIO_WORDS, order_facts
+from mmrlvr.methods.audio_rubrics.checks import (
     JudgeError,
     check_satisfied,
     count_claims,
@@ -53,7 +53,7 @@ from rewards.rubric_checks import (
     order_claims,
     reasoning_of,
 )
-from rewards.rubric_llm import ask_json, hf_completion, http_completion, make_completion, parse_json
+from mmrlvr.methods.audio_rubrics.llm import ask_json, hf_completion, http_completion, make_completion, parse_json
 
 
 @dataclass

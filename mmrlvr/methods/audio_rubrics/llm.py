@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from rewards.rubric_checks import JudgeError
+from mmrlvr.methods.audio_rubrics.checks import JudgeError
 
 Complete = Callable[[list[dict[str, str]]], str]
 

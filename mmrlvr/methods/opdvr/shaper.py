@@ -138,14 +138,13 @@ class OPDVR:
     def _privileged_prompts(self, policy, rollouts):
         """The rollouts' prompts as the privileged teacher reads them (same system/format prompts)."""
         prompts = rollouts.prompts
-        try:
+        if hasattr(policy.adapter, "encode_privileged"):
             return policy.adapter.encode_privileged(list(prompts.examples), policy.processor,
                                                     **prompts.prompt_options)
-        except NotImplementedError:
-            raise ValueError(f"opdvr teacher 'privileged' needs a modality adapter with a privileged "
-                             f"prompt (encode_privileged; image_translation has one); the policy's "
-                             f"adapter {policy.adapter.name!r} has none: set "
-                             "algo.shaping[opdvr].teacher to a model dir instead") from None
+        raise ValueError(f"opdvr teacher 'privileged' needs a modality adapter with a privileged "
+                         f"prompt (encode_privileged; image_translation has one); the policy's "
+                         f"adapter {policy.adapter.name!r} has none: set "
+                         "algo.shaping[opdvr].teacher to a model dir instead")
 
     def _teacher_model(self, policy) -> torch.nn.Module:
         """The teacher, loaded on first use: frozen, eval mode, the policy's compute dtype and

@@ -1,9 +1,9 @@
 """The rubric writer: query-specific rubrics written by a language model, once per sample.
 
 The AudioRubrics paper writes each sample's rubrics with a model, from the question and the
-audio; the templated rubrics of `rewards.audio_evidence.static_rubrics` only fill the same five
+audio; the templated rubrics of `mmrlvr.methods.audio_rubrics.evidence.static_rubrics` only fill the same five
 slots for every clip. `LLMWriter.write(sample)` asks a local HF model or an OpenAI-compatible
-endpoint (the judges' `{kind: http | hf, ...}` specs, `rewards.rubric_llm`) with a prompt holding:
+endpoint (the judges' `{kind: http | hf, ...}` specs, `mmrlvr.methods.audio_rubrics.llm`) with a prompt holding:
 
     the acoustic evidence measured with librosa (durations, levels, pitches, onsets, tempo)
     the question and its options
@@ -18,7 +18,7 @@ answer key. The prompt forbids rubrics on the letter itself (the accuracy term r
 The reply is parsed strictly (`parse_rubrics`): one JSON object `{"rubrics": [...]}` with 1 to
 `max_rubrics` items, each exactly `criterion` (non-empty text), `category` (perception,
 reasoning, grounding or style), `weight` (a finite number > 0) and `polarity` (positive,
-negative, 1 or -1), and optionally `check` (a machine check, `rewards.rubric_checks`; when absent
+negative, 1 or -1), and optionally `check` (a machine check, `mmrlvr.methods.audio_rubrics.checks`; when absent
 one is read off the criterion where it names one count or one comparison). A check that
 contradicts the measured evidence for its polarity is dropped (the rubric stays, for LLM
 judges). Weights are normalised to sum 1. Any other shape is a `JudgeError`, retried `retries`
@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rewards.audio_evidence import evidence_for, static_rubrics
-from rewards.rubric_checks import JudgeError, check_is_true, infer_check, valid_check
-from rewards.rubric_judges import describe_evidence
-from rewards.rubric_llm import Complete, ask_json, make_completion
+from mmrlvr.methods.audio_rubrics.evidence import evidence_for, static_rubrics
+from mmrlvr.methods.audio_rubrics.checks import JudgeError, check_is_true, infer_check, valid_check
+from mmrlvr.methods.audio_rubrics.judges import describe_evidence
+from mmrlvr.methods.audio_rubrics.llm import Complete, ask_json, make_completion
 
 CATEGORIES = ("perception", "reasoning", "grounding", "style")
 FIELDS = {"criterion", "category", "weight", "polarity"}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewards.audio_evidence import ATTRIBUTES, order_facts
+from mmrlvr.methods.audio_rubrics.evidence import ATTRIBUTES, order_facts
 
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL | re.IGNORECASE)
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",

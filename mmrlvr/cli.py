@@ -117,7 +117,8 @@ def cmd_pretrain_vision(args: argparse.Namespace) -> int:
     summary = pretrain_vision(args.model, args.data, args.out, eval_data=args.eval,
                               steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                               seed=args.seed, min_pixels=args.min_pixels,
-                              max_pixels=args.max_pixels, threads=args.threads)
+                              max_pixels=args.max_pixels, threads=args.threads,
+                              video_fps=args.video_fps, max_frames=args.max_frames)
     print(json.dumps(summary, indent=2))
     print(f"model with the pretrained vision tower written to {args.out}")
     return 0
@@ -336,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--min-pixels", type=int, default=56 * 56, help="as model.min_pixels in training")
     v.add_argument("--max-pixels", type=int, default=112 * 112, help="as model.max_pixels in training")
     v.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    v.add_argument("--video-fps", type=float, default=2.0, help="as data.video_fps in training")
+    v.add_argument("--max-frames", type=int, default=16, help="as data.max_frames in training")
     v.set_defaults(fn=cmd_pretrain_vision)
 
     d = sub.add_parser("data", help="synthetic datasets with verifiable answers")

@@ -95,3 +95,19 @@ def test_bad_rows_are_named(setup, tmp_path):
     with pytest.raises(DataError, match=rows[2].id):
         pretrain_vision(model, tmp_path / "sizes.jsonl", tmp_path / "y", steps=1, batch_size=4,
                         progress=False, **PIXELS)
+
+
+def test_pretraining_on_motion_clips_teaches_the_tower_which_way_a_shape_moves(tmp_path):
+    """Video rows: the tower takes each clip as training samples it (8 frames, 4 temporal
+    patches) and learns the direction from them, which SFT alone never did (docs/video.md)."""
+    from mmrlvr.tasks.motion import make_motion
+    from mmrlvr.tiny import build_tiny
+
+    make_motion(tmp_path / "m", n_train=160, n_test=40, seed=0, size=56, families=["direction"])
+    model = build_tiny("qwen2.5-vl", tmp_path / "tiny")
+    summary = pretrain_vision(model, tmp_path / "m" / "train.jsonl", tmp_path / "seen",
+                              eval_data=tmp_path / "m" / "test.jsonl", steps=80, batch_size=16,
+                              lr=1e-3, threads=1, progress=False, min_pixels=3136,
+                              max_pixels=3136, max_frames=8)
+    start, end = summary["accuracy_start"]["direction"], summary["accuracy_end"]["direction"]
+    assert start < 0.5 and end > start + 0.3, summary

@@ -202,7 +202,9 @@ def _split(out_dir: Path, split: str, n: int, rng: random.Random, families: list
         examples.append(Example(id=path.stem, prompt=clip.prompt, answer=clip.answer,
                                 videos=[str(path)], reasoning=clip.reasoning, steps=clip.steps,
                                 meta={"family": family, **clip.meta, "background": clip.background,
-                                      "frames": frames, "fps": fps}))
+                                      "frames": frames, "fps": fps,
+                                      # what `mmrlvr pretrain-vision` teaches the tower to see
+                                      "vision_labels": {family: clip.answer}}))
     return examples, counts
 
 

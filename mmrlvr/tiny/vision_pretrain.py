@@ -36,9 +36,9 @@ def vision_labels(ex: Example) -> dict[str, str]:
     if not isinstance(labels, dict) or not labels:
         raise DataError(f"sample {ex.id}: vision pretraining needs meta.vision_labels "
                         f"({{slot: label}}, e.g. from `mmrlvr data banners`)")
-    if len(ex.images) != 1:
-        raise DataError(f"sample {ex.id}: vision pretraining needs exactly one image, "
-                        f"got {len(ex.images)}")
+    if len(ex.images) + len(ex.videos) != 1:
+        raise DataError(f"sample {ex.id}: vision pretraining needs exactly one image or one "
+                        f"video, got {len(ex.images)} image(s) and {len(ex.videos)} video(s)")
     return {str(k): str(v) for k, v in labels.items()}
 
 
@@ -61,6 +61,14 @@ def targets(rows: list[Example], space: dict[str, list[str]]) -> torch.Tensor:
             if label in classes:
                 out[i, j] = classes.index(label)
     return out
+
+
+def processor_video_kwargs(processor: Any) -> dict[str, Any]:
+    """Frames come sampled and resized (the adapter's `load_video`): the video processor only
+    patches them (its per-frame pixel cap, where it has one, has nothing left to do)."""
+    cap = hasattr(processor.video_processor, "cap_pixels_per_frame")
+    return {"do_resize": False, "do_sample_frames": False,
+            **({"cap_pixels_per_frame": False} if cap else {})}
 
 
 def vision_tower(model: torch.nn.Module) -> torch.nn.Module:
@@ -94,6 +102,7 @@ def pretrain_vision(model_dir: str | Path, train: str | Path, out_dir: str | Pat
                     eval_data: str | Path | None = None, eval_limit: int = 200, steps: int = 1000,
                     batch_size: int = 32, lr: float = 1e-3, seed: int = 0,
                     min_pixels: int = 56 * 56, max_pixels: int = 112 * 112, threads: int = 0,
+                    video_fps: float = 2.0, max_frames: int = 16,
                     progress: bool = True) -> dict[str, Any]:
     """Train the vision tower of `model_dir` on `meta.vision_labels`; write the model to `out_dir`."""
     from tqdm.auto import tqdm
@@ -108,20 +117,28 @@ def pretrain_vision(model_dir: str | Path, train: str | Path, out_dir: str | Pat
     held = load_dataset(eval_data)[:eval_limit] if eval_data else []
     space = label_space(rows)
     y_train, y_held = targets(rows, space), targets(held, space) if held else None
-    adapter = modalities.get("vision", min_pixels=min_pixels, max_pixels=max_pixels)
+    adapter = modalities.get("vision", min_pixels=min_pixels, max_pixels=max_pixels,
+                             video_fps=video_fps, max_frames=max_frames)
     processor = load_processor(str(model_dir))
     model = load_model(str(model_dir), torch.float32)
     tower = vision_tower(model)
 
     def pixels(batch: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
-        images = [adapter.load_image(ex.images[0], ex, processor) for ex in batch]
-        out = processor.image_processor(images=images, return_tensors="pt")
-        grid = out["image_grid_thw"]
+        if batch[0].videos:        # clips sampled and resized as training does; the tower takes them as is
+            clips = [adapter.load_video(ex.videos[0], 0, ex, processor) for ex in batch]
+            out = processor.video_processor(videos=[c.frames for c in clips], return_tensors="pt",
+                                            **processor_video_kwargs(processor))
+            pv, grid = out["pixel_values_videos"], out["video_grid_thw"]
+        else:
+            images = [adapter.load_image(ex.images[0], ex, processor) for ex in batch]
+            out = processor.image_processor(images=images, return_tensors="pt")
+            pv, grid = out["pixel_values"], out["image_grid_thw"]
         if not bool((grid == grid[0]).all()):
             bad = next(ex.id for ex, g in zip(batch, grid) if not torch.equal(g, grid[0]))
-            raise DataError(f"sample {bad}: its image makes a {tuple(grid[0].tolist())} patch grid "
-                            f"but others make another; vision pretraining needs one image size")
-        return out["pixel_values"], grid
+            raise DataError(f"sample {bad}: its medium makes a {tuple(grid[0].tolist())} patch grid "
+                            f"but others make another; vision pretraining needs one image size "
+                            f"(and one frame count)")
+        return pv, grid
 
     pv, grid = pixels(rows[:1])
     with torch.no_grad():

@@ -9,14 +9,12 @@ reply. Every failure is a `JudgeError`.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from mmrlvr.core.chat_client import ChatError, chat_completion
 from mmrlvr.methods.audio_rubrics.checks import JudgeError
 
 Complete = Callable[[list[dict[str, str]]], str]
@@ -60,26 +58,12 @@ def ask_json(complete: Complete, system: str, prompt: str, parse: Callable[[dict
 def http_completion(url: str, model: str = "", timeout_s: float = 30.0, max_tokens: int = 1024,
                     api_key_env: str = "OPENAI_API_KEY") -> Complete:
     """`complete(messages)` against an OpenAI-compatible chat endpoint (`.../v1` or the full path)."""
-    endpoint = url.rstrip("/")
-    if not endpoint.endswith("/chat/completions"):
-        endpoint += "/chat/completions"
-
     def complete(messages: list[dict[str, str]]) -> str:
-        body = json.dumps({"model": model, "messages": messages, "temperature": 0,
-                           "max_tokens": max_tokens}).encode()
-        headers = {"Content-Type": "application/json"}
-        if os.environ.get(api_key_env):
-            headers["Authorization"] = f"Bearer {os.environ[api_key_env]}"
-        request = urllib.request.Request(endpoint, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-                reply = json.loads(resp.read().decode("utf-8"))
-        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as err:
-            raise JudgeError(f"endpoint {endpoint}: {err}") from None
-        try:
-            return reply["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise JudgeError(f"endpoint {endpoint}: unexpected reply {str(reply)[:200]}") from None
+            return chat_completion(url, messages, model=model, timeout_s=timeout_s,
+                                   max_tokens=max_tokens, api_key_env=api_key_env)
+        except ChatError as err:
+            raise JudgeError(str(err)) from None
 
     return complete
 

@@ -38,16 +38,13 @@ the share with a cliff), `cliff_pos_mean` (cliff token / completion length), `sh
 """
 from __future__ import annotations
 
-import json
-import os
 import re
-import urllib.error
-import urllib.request
 from typing import Any
 
 import torch
 
 import rewards
+from mmrlvr.core.chat_client import ChatError, chat_completion, endpoint_of
 from mmrlvr.algo.shaping import ShapeContext, TokenCredit
 
 JUDGES = ("rule", "http", "model")
@@ -129,33 +126,16 @@ class HttpJudge(_StepJudge):
     def __init__(self, url: str, model: str, timeout_s: float = 10.0,
                  api_key_env: str | None = None):
         super().__init__()
-        url = url.rstrip("/")
-        self.url = url if url.endswith("/chat/completions") else url + "/chat/completions"
-        self.model, self.timeout_s = model, float(timeout_s)
-        self.api_key = os.environ.get(api_key_env, "") if api_key_env else ""
+        self.url = endpoint_of(url)
+        self.model, self.timeout_s, self.api_key_env = model, float(timeout_s), api_key_env
 
     def ask(self, prompt: str) -> str:
-        body = json.dumps({"model": self.model, "temperature": 0, "max_tokens": 16,
-                           "messages": [{"role": "user", "content": prompt}]}).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, body, headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
-                data = json.loads(reply.read())
-        except TimeoutError as e:
-            raise JudgeError("timeout", f"{self.url}: no reply in {self.timeout_s} s") from e
-        except urllib.error.URLError as e:
-            if isinstance(e.reason, TimeoutError):
-                raise JudgeError("timeout", f"{self.url}: no reply in {self.timeout_s} s") from e
-            raise JudgeError("http", f"{self.url}: {e}") from e
-        except (ValueError, OSError) as e:
-            raise JudgeError("malformed", f"{self.url}: {e}") from e
-        try:
-            return str(data["choices"][0]["message"]["content"])
-        except (KeyError, IndexError, TypeError) as e:
-            raise JudgeError("malformed", f"{self.url}: no choices[0].message.content") from e
+            return chat_completion(self.url, [{"role": "user", "content": prompt}],
+                                   model=self.model, timeout_s=self.timeout_s, max_tokens=16,
+                                   api_key_env=self.api_key_env)
+        except ChatError as e:
+            raise JudgeError(e.kind, str(e)) from e
 
 
 class ModelJudge(_StepJudge):

@@ -34,6 +34,20 @@ def tiny_qwen2vl(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory):
+    """`tiny_dirs(kind)`: a tiny model dir of any `mmrlvr tiny` kind, built once per session."""
+    from mmrlvr.tiny import build_tiny
+
+    made = {}
+
+    def get(kind: str):
+        if kind not in made:
+            made[kind] = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
+        return made[kind]
+    return get
+
+
+@pytest.fixture(scope="session")
 def policy(tiny_vl):
     """A loaded Policy on CPU for the tiny Qwen2.5-VL."""
     import torch

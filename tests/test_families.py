@@ -18,24 +18,13 @@ from mmrlvr.config import ModelConfig, load_config
 from mmrlvr.core.types import select
 from mmrlvr.data import Example
 from mmrlvr.rollout import SamplingParams, make_engine
-from mmrlvr.tiny import KINDS, build_tiny
+from mmrlvr.tiny import KINDS
 from mmrlvr.train.logger import read_metrics
 from mmrlvr.train.policy import Policy, PolicyError
 from mmrlvr.train.trainer import train
 
 VISION = [f.tiny for f in models.FAMILIES if f.modality == "vision" and f.tiny in KINDS]
 AUDIO = [f.tiny for f in models.FAMILIES if f.modality == "audio" and f.tiny in KINDS]
-
-
-@pytest.fixture(scope="module")
-def tiny_dirs(tmp_path_factory):
-    made: dict[str, Path] = {}
-
-    def get(kind: str) -> Path:
-        if kind not in made:
-            made[kind] = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
-        return made[kind]
-    return get
 
 
 @pytest.fixture(scope="module")

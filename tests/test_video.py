@@ -19,7 +19,6 @@ from mmrlvr.core.types import select
 from mmrlvr.data import DataError, Example, load_dataset
 from mmrlvr.data.video import write_video
 from mmrlvr.rollout import SamplingParams, make_engine
-from mmrlvr.tiny import build_tiny
 from mmrlvr.train.logger import read_metrics
 from mmrlvr.train.policy import Policy
 
@@ -78,17 +77,6 @@ def data(tmp_path_factory) -> Path:
     return write_mixed(tmp_path_factory.mktemp("video-data"))
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    made: dict[str, Path] = {}
-
-    def get(kind: str) -> Path:
-        if kind not in made:
-            made[kind] = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
-        return made[kind]
-    return get
-
-
 def _policy(path: Path) -> Policy:
     torch.manual_seed(0)
     return Policy.load(ModelConfig(path=str(path)), modalities.get("vision", max_frames=8, video_fps=4.0),
@@ -96,8 +84,8 @@ def _policy(path: Path) -> Policy:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_video_row_becomes_the_familys_video_tokens_and_its_frames_matter(kind, tiny, data):
-    policy = _policy(tiny(kind))
+def test_a_video_row_becomes_the_familys_video_tokens_and_its_frames_matter(kind, tiny_dirs, data):
+    policy = _policy(tiny_dirs(kind))
     examples = {e.id: e for e in load_dataset(str(data))}
     batch = policy.adapter.encode([examples["video"]], policy.processor)
     grid = batch.inputs["video_grid_thw"]
@@ -122,8 +110,8 @@ def test_a_video_row_becomes_the_familys_video_tokens_and_its_frames_matter(kind
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_mixed_batch_with_video_is_padding_invariant_and_rollout_matches_trainer(kind, tiny, data):
-    policy = _policy(tiny(kind))
+def test_mixed_batch_with_video_is_padding_invariant_and_rollout_matches_trainer(kind, tiny_dirs, data):
+    policy = _policy(tiny_dirs(kind))
     examples = load_dataset(str(data))
     batch = policy.adapter.encode(examples, policy.processor)
     n = len(examples)
@@ -154,12 +142,12 @@ def test_mixed_batch_with_video_is_padding_invariant_and_rollout_matches_trainer
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, packing", [("qwen2.5-vl", False), ("qwen3-vl", True)])
-def test_a_dataset_of_text_images_and_video_trains_in_one_run(kind, packing, tiny, data, tmp_path):
+def test_a_dataset_of_text_images_and_video_trains_in_one_run(kind, packing, tiny_dirs, data, tmp_path):
     import yaml
 
     from mmrlvr.train.trainer import train
 
-    cfg = {"model": {"path": str(tiny(kind))},
+    cfg = {"model": {"path": str(tiny_dirs(kind))},
            "data": {"train": str(data), "eval": str(data), "max_frames": 8, "video_fps": 4.0},
            "rollout": {"group_size": 2, "max_new_tokens": 4},
            "train": {"steps": 2, "batch_prompts": 5, "micro_batch": 4, "save_every": 0,
@@ -177,18 +165,18 @@ def test_a_dataset_of_text_images_and_video_trains_in_one_run(kind, packing, tin
     assert any("eval/accuracy" in m for m in metrics)
 
 
-def test_a_family_without_a_video_path_names_the_row(tiny, data):
-    policy = _policy(tiny("gemma3"))
+def test_a_family_without_a_video_path_names_the_row(tiny_dirs, data):
+    policy = _policy(tiny_dirs("gemma3"))
     video = next(e for e in load_dataset(str(data)) if e.id == "video")
     with pytest.raises(DataError, match="sample video: 1 video.*no video path for the gemma3"):
         policy.adapter.encode([video], policy.processor)
 
 
-def test_the_demo_answers_about_an_uploaded_video(tiny, data):
+def test_the_demo_answers_about_an_uploaded_video(tiny_dirs, data):
     from apps.common import DemoContext
     from apps.vision_tab import answer
 
-    ctx = DemoContext(policy=_policy(tiny("qwen2.5-vl")))
+    ctx = DemoContext(policy=_policy(tiny_dirs("qwen2.5-vl")))
     updates = list(answer(ctx, [str(data.parent / "right.mp4")], "Which way does it move?",
                           gold="right"))
     status = updates[-1][-1]

@@ -66,8 +66,8 @@ def prepare(out: Path, task: str, log: Path) -> dict[str, str]:
     return {"model": str(sft / "final"), "data": str(data)}
 
 
-def task_of(config: Path) -> str:
-    return next(t for prefix, t in CONFIG_TASK.items() if config.stem.startswith(prefix))
+def task_of(config: Path) -> str | None:
+    return next((t for prefix, t in CONFIG_TASK.items() if config.stem.startswith(prefix)), None)
 
 
 def run(out: Path, steps: int, only: list[str]) -> None:
@@ -80,6 +80,9 @@ def run(out: Path, steps: int, only: list[str]) -> None:
         if (out / "runs" / config.stem / "summary.json").exists():
             continue                            # done in an earlier call: resume where it stopped
         task = task_of(config)
+        if task is None:
+            print(f"== {config.stem}: no task data for it here, skipped", flush=True)
+            continue
         made = prepare(out, task, log)
         run_dir = out / "runs" / config.stem
         evals = f"data.eval={made['data']}/test.jsonl"

@@ -524,3 +524,20 @@ def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
     fine = tmp_path / "anchors.yaml"
     fine.write_text("optim: &o {lr: 0.001}\nsft: {lr: 0.001}\n")
     assert load_config(fine).optim.lr == 0.001
+
+
+@pytest.mark.parametrize("override, says", [
+    ("rewards=[]", "config key 'rewards' is empty"),
+    ("rewards=[{name: accuracy, timeout_s: 0}]", "'rewards[0].timeout_s' must be a positive"),
+    ("train.out_dir=FILE", "which is a file: give a directory"),
+])
+def test_configs_that_crashed_after_loading_are_refused_by_name_first(base, tmp_path, capsys,
+                                                                      no_training, override, says):
+    """Measured (issue on reliability): these ended in a traceback once the run had started."""
+    from mmrlvr.cli import main
+
+    (tmp_path / "a-file").write_text("not a dir")
+    override = override.replace("FILE", str(tmp_path / "a-file"))
+    assert main(["train", str(base), override]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and says in err, err

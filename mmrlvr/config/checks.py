@@ -192,6 +192,11 @@ def _spec_problems(key: str, specs: list[Any]) -> list[str]:
         elif not isinstance(spec["name"], str) or not spec["name"].strip():
             out.append(f"{where}: 'name' must be a registered name or path/file.py:function, "
                        f"got {spec['name']!r}")
+        if "timeout_s" in spec and not (_is_number(spec["timeout_s"]) and _finite(spec["timeout_s"])
+                                        and spec["timeout_s"] > 0):
+            out.append(f"config key '{key}[{i}].timeout_s' must be a positive number of seconds, "
+                       f"got {spec['timeout_s']!r}: e.g. 30 (each call of the reward is stopped "
+                       "after it)")
         if "weight" in spec and not _finite(spec["weight"]):
             out.append(f"config key '{key}[{i}].weight' must be a finite number, got "
                        f"{spec['weight']!r}: give a weight such as 1.0 (0 logs it without "
@@ -308,6 +313,13 @@ def find_problems(cfg: Config) -> list[str]:
     if cfg.model.lora.r > 0 and not cfg.model.lora.target_modules:
         problems.append("config key 'model.lora.target_modules' is empty but model.lora.r > 0: "
                         "name the modules LoRA adapts, e.g. [q_proj, k_proj, v_proj, o_proj]")
+    if not cfg.rewards:
+        problems.append("config key 'rewards' is empty: GRPO needs at least one reward, e.g. "
+                        "[{name: accuracy, weight: 0.9}, {name: format, weight: 0.1}]")
+    out_dir = cfg.train.out_dir
+    if isinstance(out_dir, str) and out_dir and Path(out_dir).expanduser().is_file():
+        problems.append(f"config key 'train.out_dir' is {out_dir!r}, which is a file: give a "
+                        "directory for the run (it is created if missing)")
     for key in ("rewards", "eval_rewards", "objectives"):
         problems += _spec_problems(key, getattr(cfg, key))
     problems += _spec_problems("algo.shaping", cfg.algo.shaping)

@@ -8,7 +8,7 @@
 medvqa, tones, banners), a short supervised warm start per task (so groups have reward
 spread), then every `configs/*_cpu.yaml` and the quickstart for a few GRPO steps (eval at the
 end on a few rows), each with the same seed, one thread. `compare` checks that each run's
-metrics rows are identical (every key but wall-clock times and throughputs) and prints the
+metrics rows are identical (every key but wall-clock times, in seconds, and throughputs) and prints the
 first difference of any that are not. A refactor that keeps every method's path exact prints
 "identical" for every config.
 """
@@ -23,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMING = ("time/", "perf/")
+"""Wall-clock keys (and every key ending in `_s`, seconds): they differ run to run."""
 
 TASKS = {
     # task: (data command, tiny kind, corpus, sft config); all sizes small
@@ -103,7 +104,8 @@ def run(out: Path, steps: int, only: list[str]) -> None:
 
 def rows(run_dir: Path) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith(TIMING)}
+    return [{k: v for k, v in json.loads(line).items()
+             if not k.startswith(TIMING) and not k.endswith("_s")}
             for line in lines if line.strip()]
 
 

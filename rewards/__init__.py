@@ -33,7 +33,8 @@ REWARDS = Registry("reward")
 for _name, _target in {
         "accuracy": "rewards.accuracy:AccuracyReward",
         "format": "rewards.format:FormatReward",
-        "consensus": "rewards.consensus:ConsensusReward"}.items():
+        "consensus": "rewards.consensus:ConsensusReward",
+        "overlong": "rewards.overlong:OverlongReward"}.items():
     REWARDS.register(_name, _target)
 
 register = REWARDS.register

@@ -118,3 +118,31 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
         stats["clip_frac"] = float(aggregate(was_clipped, mask, "token"))
         stats["approx_kl_old"] = float(aggregate(kl_estimate(logp, old_logp, "k3"), mask, "token"))
     return loss, stats
+
+
+def rollout_correction(kind: str, trainer_logp: torch.Tensor, rollout_logp: torch.Tensor,
+                       mask: torch.Tensor, cap: float = 2.0
+                       ) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """Token weights [N, T] (no gradient) correcting for the rollout engine sampling from a
+    slightly different distribution than the trainer scores (kernels, precision, vLLM), with
+    w = π_trainer/π_rollout = exp(trainer_logp − rollout_logp) per sampled token:
+
+        tis:  min(w, cap)                       truncated importance sampling
+        mis:  1 where 1/cap <= w <= cap, else 0 masked importance sampling
+        none: None (no weights; the loss is unchanged)
+
+    Returns (weights or None, stats: the mean ratio and the share of tokens capped or masked).
+    """
+    if kind == "none":
+        return None, {}
+    m = mask.bool()
+    w = torch.exp((trainer_logp - rollout_logp).detach().float())                # [N, T]
+    if kind == "tis":
+        out, hit = torch.clamp(w, max=cap), w > cap
+    elif kind == "mis":
+        keep = (w <= cap) & (w >= 1.0 / cap)
+        out, hit = keep.float(), ~keep
+    else:
+        raise ValueError(f"unknown rollout correction {kind!r}; use 'none', 'tis' or 'mis'")
+    n = max(int(m.sum()), 1)
+    return out * m, {"ratio_mean": float(w[m].sum()) / n, "capped_frac": float(hit[m].sum()) / n}

@@ -105,6 +105,8 @@ RANGES: list[tuple[str, Bound, str]] = [
     ("algo.eps", POSITIVE, "keeps the advantage finite when a group's rewards are all equal; "
                            "e.g. 1e-6"),
     ("algo.norm_len", NON_NEGATIVE, "0 uses rollout.max_new_tokens"),
+    ("algo.rollout_correction_cap", Bound(1, None, low_open=True),
+     "the cap on pi_trainer/pi_rollout, above 1, e.g. 2.0"),
     ("optim.lr", POSITIVE, "set the peak learning rate, e.g. 1e-6 for a 7B model or 1e-4 for a "
                            "tiny CPU one"),
     ("optim.weight_decay", NON_NEGATIVE, "0 turns weight decay off (EasyR1 uses 1e-2)"),
@@ -248,10 +250,11 @@ def find_problems(cfg: Config) -> list[str]:
     """Every problem with `cfg`'s values, one line each (empty: none); `validate` raises them."""
     problems = []
     choices = {
-        "algo.advantage": (cfg.algo.advantage, ("grpo", "drgrpo")),
+        "algo.advantage": (cfg.algo.advantage, ("grpo", "drgrpo", "rloo", "reinforce_pp")),
         "algo.loss_agg": (cfg.algo.loss_agg, ("token", "seq", "seq-sum-norm")),
         "algo.kl_estimator": (cfg.algo.kl_estimator, ("k1", "k3")),
         "algo.ratio": (cfg.algo.ratio, ("token", "sequence")),
+        "algo.rollout_correction": (cfg.algo.rollout_correction, ("none", "tis", "mis")),
         "rollout.backend": (cfg.rollout.backend, ("auto", "hf", "vllm")),
         "rollout.decode": (cfg.rollout.decode, DECODES),
         "optim.schedule": (cfg.optim.schedule, ("cosine", "constant")),

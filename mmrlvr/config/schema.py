@@ -113,7 +113,7 @@ class RolloutConfig:
 @dataclass
 class AlgoConfig:
     advantage: str = "grpo"
-    """`grpo` ((r-mean)/(std+eps)) or `drgrpo` (r-mean, no std)."""
+    """`grpo` ((r-mean)/(std+eps)), `drgrpo` (r-mean, no std), `rloo` (leave-one-out mean) or `reinforce_pp` (group mean, one std over the step)."""
     loss_agg: str = "token"
     """`token` (mean over all tokens), `seq` (mean of per-sequence means), `seq-sum-norm` (Dr.GRPO)."""
     beta: float = 0.0
@@ -132,6 +132,12 @@ class AlgoConfig:
     """Added to the group std in the GRPO advantage."""
     norm_len: int = 0
     """Token budget for `seq-sum-norm` (0 = rollout.max_new_tokens)."""
+    mask_truncated: bool = False
+    """Completions cut by rollout.max_new_tokens (no EOS) get advantage 0: no policy gradient (DAPO's overlong filtering)."""
+    rollout_correction: str = "none"
+    """`tis` (truncated importance sampling: each token's loss times min(π_trainer/π_rollout, cap)), `mis` (tokens whose ratio passes the cap get no loss) or `none`."""
+    rollout_correction_cap: float = 2.0
+    """The cap of `rollout_correction` on π_trainer/π_rollout (MIS also drops ratios below 1/cap)."""
     shaping: list[dict[str, Any]] = field(default_factory=list)
     """Token-level credit plug-ins as `{name, ...options}`: gapo, cue_grpo, gmts (empty: plain GRPO)."""
 

@@ -127,6 +127,13 @@ def make_branching(raw: Mapping[str, Any] | None) -> RolloutBranching | None:
     return BRANCHINGS.get(kind)(dict(raw))
 
 
+def truncated_rows(ids: torch.Tensor, mask: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
+    """[N] True for the completions without an EOS among their tokens: cut by the token budget
+    (or at a scrubbed media placeholder). [N, C], [N, C] -> [N] bool."""
+    ended = torch.isin(ids, torch.tensor(eos_ids, device=ids.device)) & mask.bool()
+    return ~ended.any(dim=1)
+
+
 def completion_mask(ids: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
     """1 on every token up to and including the first EOS of each row. [N, C] -> [N, C]."""
     is_eos = torch.isin(ids, torch.tensor(eos_ids, device=ids.device))      # [N, C]

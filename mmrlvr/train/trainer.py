@@ -32,6 +32,7 @@ from mmrlvr.config import Config, to_dict
 from mmrlvr.core.errors import TrainingError
 from mmrlvr.core.templates import apply_templates
 from mmrlvr.rollout import SamplingParams
+from mmrlvr.rollout.base import truncated_rows
 from mmrlvr.rollout.diversity import rollout_metrics
 from mmrlvr.train import parallel
 from mmrlvr.train.checkpoint import rng_state, save_checkpoint, sharded_state
@@ -75,7 +76,10 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     rewards = torch.tensor([[s["overall"] for s in group] for group in scores])   # [B, G]
     nonfinite = ~torch.isfinite(rewards)                  # user rewards were caught already
     rewards = rewards.masked_fill(nonfinite, 0.0)
-    advantages = group_advantages(rewards, cfg.algo.advantage, cfg.algo.eps)       # [B, G]
+    advantages = group_advantages(rewards, cfg.algo.advantage, cfg.algo.eps, d.all_sum)  # [B, G]
+    cut = truncated_rows(rollouts.completion_ids, rollouts.completion_mask, policy.eos_ids)
+    if cfg.algo.mask_truncated:           # DAPO's overlong filtering: no gradient from them
+        advantages = advantages.masked_fill(cut.view_as(advantages), 0.0)
     if hasattr(run.sampler, "observe"):       # every rank observes the whole step: same state
         observe_outcomes(run, indices, scores)
     t2 = time.perf_counter()
@@ -91,6 +95,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
                "reward/zero_spread_frac": zero_spread_fraction(rewards)}
     if nonfinite.any():
         metrics["reward/nonfinite_frac"] = float(nonfinite.float().mean())
+    if cfg.algo.mask_truncated:
+        metrics["update/truncated_masked_frac"] = float(cut.float().mean())
     for key in scores[0][0]:
         if key != "overall":
             metrics[f"reward/{key}"] = float(np.mean([s[key] for g in scores for s in g]))

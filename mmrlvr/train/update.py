@@ -15,6 +15,7 @@ import torch
 
 from mmrlvr import objectives as objectives_mod
 from mmrlvr.algo import grpo_loss
+from mmrlvr.algo.loss import rollout_correction
 from mmrlvr.algo.shaping import TokenCredit
 from mmrlvr.core.errors import TrainingError
 from mmrlvr.train import parallel
@@ -94,6 +95,7 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
                 ref_lp = torch.stack([ref[r][:width] for r in part]).to(logp.device) if ref else None
                 shaped = {k: v.to(logp.device) if torch.is_tensor(v) else v
                           for k, v in credit.rows(part, width).items()}   # advantages, bounds
+                correct_rollout(cfg.algo, shaped, old_lp, rollouts, part, m, stats)
                 loss, st = grpo_loss(
                     logp, old_lp, mask=m, **shaped, loss_agg=cfg.algo.loss_agg,
                     norm_len=cfg.algo.norm_len or cfg.rollout.max_new_tokens, beta=cfg.algo.beta,
@@ -149,6 +151,27 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
             out["rollout/logprob_gap"] = gap_sum / token_count
             out["rollout/logprob_gap_max"] = gap_max
     return out
+
+
+def correct_rollout(algo, shaped: dict, trainer_logp: torch.Tensor, rollouts, part: list[int],
+                    mask: torch.Tensor, stats: dict[str, list[float]]) -> None:
+    """`algo.rollout_correction`: scale the micro-batch's token weights by the importance
+    weights of the trainer's logprobs against the rollout engine's (`algo.loss.rollout_correction`),
+    and log them; nothing without a correction or without the engine's logprobs."""
+    if algo.rollout_correction == "none":
+        return
+    if rollouts.sample_logprobs is None:
+        stats.setdefault("rollout/correction_unavailable", []).append(1.0)
+        return
+    width = mask.shape[1]
+    weights, st = rollout_correction(
+        algo.rollout_correction, trainer_logp,
+        rollouts.sample_logprobs[part, :width].to(trainer_logp.device), mask,
+        algo.rollout_correction_cap)
+    have = shaped.get("token_weights")
+    shaped["token_weights"] = weights if have is None else have * weights
+    for key, value in st.items():
+        stats.setdefault(f"rollout/correction_{key}", []).append(value)
 
 
 def padded_fraction(mask: torch.Tensor, micro: list[list[int]]) -> float:

@@ -395,3 +395,20 @@ def test_fsdp2_sft_with_a_text_only_share_matches_one_process(tmp_path, tiny_vl,
     for a, b in zip(results["one"], results["two"], strict=True):
         assert b["sft/loss"] == pytest.approx(a["sft/loss"], rel=1e-5)
         assert b["optim/grad_norm"] == pytest.approx(a["optim/grad_norm"], rel=1e-4)
+
+
+def test_dynamic_sampling_under_two_processes_keeps_the_ranks_in_step(tmp_path, tiny_vl,
+                                                                      shapes_dir):
+    """Ranks short of spread groups draw again while any is short (a generate under FSDP2 is a
+    collective), then fill to one share each: the run ends, every step's groups have spread."""
+    from tests.test_toolkit import HALF_SPREAD
+
+    (tmp_path / "half.py").write_text(HALF_SPREAD)
+    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "dyn",
+                       train={"strategy": "fsdp2", "dynamic_sampling": True,
+                              "dynamic_max_draws": 6, "eval_every": 0},
+                       data={"eval": ""}, rewards=[{"name": str(tmp_path / "half.py") + ":half"}])
+    run_ok(torchrun(*cli("train", str(cfg))), env=env())
+    rows = [json.loads(line) for line in (tmp_path / "dyn" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "sampling/draws" in r]
+    assert len(steps) == 2 and all(r["reward/zero_spread_frac"] == 0.0 for r in steps), steps

@@ -97,3 +97,35 @@ def test_tis_on_the_cpu_engine_weighs_tokens_by_a_ratio_of_one(tmp_path, tiny_vl
     # fp32 on one CPU: the engine's and the trainer's logprobs agree to ~1e-6, so w = 1
     assert m["rollout/correction_ratio_mean"] == pytest.approx(1.0, abs=1e-3)
     assert m["rollout/correction_capped_frac"] == 0.0 and m["optim/grad_norm"] > 0
+
+
+HALF_SPREAD = '''
+import zlib
+def half(example, completion):
+    """Spread only on about half of the prompts: the others score 0.5 whatever is written."""
+    if zlib.crc32(example.id.encode()) % 2:
+        return 0.5
+    return min(len(completion), 40) / 40.0
+'''
+
+
+def test_dynamic_sampling_trains_only_groups_with_spread(tmp_path, tiny_vl, shapes_dir):
+    from mmrlvr.config import load_config
+    from mmrlvr.train.setup import build_run
+    from mmrlvr.train.trainer import grpo_step
+
+    (tmp_path / "half.py").write_text(HALF_SPREAD)
+    out = {}
+    for on in (False, True):
+        cfg = load_config(None, [f"model.path={tiny_vl}", f"data.train={shapes_dir / 'train.jsonl'}",
+                                 "rollout.group_size=4", "rollout.max_new_tokens=8",
+                                 "train.batch_prompts=4", "train.steps=2", "train.seed=2",
+                                 f"train.dynamic_sampling={str(on).lower()}",
+                                 "train.dynamic_max_draws=6", f"train.out_dir={tmp_path / str(on)}"])
+        cfg.rewards = [{"name": f"{tmp_path / 'half.py'}:half", "weight": 1.0}]
+        run = build_run(cfg)[0]
+        out[on] = [grpo_step(run, step) for step in (1, 2)]
+    assert max(m["reward/zero_spread_frac"] for m in out[False]) > 0     # plain: some flat groups
+    for m in out[True]:
+        assert m["reward/zero_spread_frac"] == 0.0 and m["sampling/spread_groups"] == 4
+        assert m["sampling/draws"] >= 1 and m["update/trained_rows"] == 16

@@ -114,6 +114,8 @@ RANGES: list[tuple[str, Bound, str]] = [
     ("optim.min_lr_ratio", FRACTION, "the cosine floor as a fraction of lr, e.g. 0.1"),
     ("optim.max_grad_norm", NON_NEGATIVE, "the gradient clipping norm, e.g. 1.0; 0 turns "
                                           "clipping off"),
+    ("train.dynamic_max_draws", NON_NEGATIVE, "extra prompt draws per step for "
+                                               "dynamic_sampling, e.g. 3"),
     ("train.steps", AT_LEAST_1, "a GRPO run takes at least one step, e.g. 100"),
     ("train.batch_prompts", AT_LEAST_1, "prompts per step, e.g. 8"),
     ("train.micro_batch", AT_LEAST_1,

@@ -172,6 +172,10 @@ class TrainConfig:
     """Fill micro-batches with completions of similar length (less padding; float sums reorder)."""
     packing: bool = False
     """Pack each group's completions after one copy of its prompt under a block mask: no completion padding (sdpa/eager; docs/grpo-step.md)."""
+    dynamic_sampling: bool = False
+    """Train only groups whose rewards have spread: draw more prompts while a step has fewer than batch_prompts of them (DAPO; docs/grpo-step.md)."""
+    dynamic_max_draws: int = 3
+    """Extra draws a step may make for dynamic_sampling; still short after them, it fills with zero-spread groups."""
     eval_every: int = 0
     """Evaluate every N steps (0: only at start and end, where eval data is set)."""
     save_every: int = 0

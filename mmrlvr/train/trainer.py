@@ -34,7 +34,7 @@ from mmrlvr.core.templates import apply_templates
 from mmrlvr.rollout import SamplingParams
 from mmrlvr.rollout.base import truncated_rows
 from mmrlvr.rollout.diversity import rollout_metrics
-from mmrlvr.train import parallel
+from mmrlvr.train import dynamic, parallel
 from mmrlvr.train.checkpoint import rng_state, save_checkpoint, sharded_state
 from mmrlvr.train.evaluate import evaluate_ranks, write_records
 from mmrlvr.train.logger import RunLogger, read_metrics
@@ -49,30 +49,16 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     """One GRPO step on this process's share of the next `batch_prompts` prompts."""
     cfg, policy, d = run.cfg, run.policy, run.dist
     t0 = time.perf_counter()
-    indices = run.sampler.next(cfg.train.batch_prompts)[d.rank::d.world]
-    examples = [run.train_data[i] for i in indices]
     template_rng = random.Random(f"templates-{cfg.train.seed}-{step}")   # per step: resumes exactly
-    examples = apply_templates(examples, cfg.data.templates, template_rng)
-    prompts = policy.adapter.encode(examples, policy.processor, system_prompt=cfg.data.system_prompt,
-                                    format_prompt=cfg.data.format_prompt)
-    params = SamplingParams(n=cfg.rollout.group_size, max_new_tokens=cfg.rollout.max_new_tokens,
-                            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                            top_k=cfg.rollout.top_k)
-    run.engine.wake_up()
-    rollouts = run.engine.generate(prompts, params)
-    run.engine.sleep()
-    t1 = time.perf_counter()
+    if cfg.train.dynamic_sampling:         # groups with reward spread, drawing more while short
+        share = len(range(d.rank, cfg.train.batch_prompts, d.world))
+        drawn = dynamic.collect(run, lambda: draw_batch(run, step, template_rng), share)
+    else:
+        drawn = draw_batch(run, step, template_rng)
+    examples, rollouts, scores = drawn.examples, drawn.rollouts, drawn.scores
+    prompts = rollouts.prompts
+    t1 = t0 + drawn.stats["time/rollout_s"]
 
-    G = cfg.rollout.group_size
-    progress = step / max(cfg.train.steps, 1)
-    rows = [range(b * G, (b + 1) * G) for b in range(len(examples))]
-    ids, kept = rollouts.completion_ids, rollouts.completion_mask.bool()
-    scores = run.reward.score_groups(     # a user reward's async calls: every group at once
-        examples, [[rollouts.texts[r] for r in group] for group in rows], progress=progress,
-        completion_ids=[[ids[r][kept[r]].tolist() for r in group] for group in rows])
-    failures = d.gather(run.reward.all_failed(scores))   # decided together: no rank waits alone
-    if all(failures):
-        raise RewardError(failures[0])
     rewards = torch.tensor([[s["overall"] for s in group] for group in scores])   # [B, G]
     nonfinite = ~torch.isfinite(rewards)                  # user rewards were caught already
     rewards = rewards.masked_fill(nonfinite, 0.0)
@@ -80,9 +66,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     cut = truncated_rows(rollouts.completion_ids, rollouts.completion_mask, policy.eos_ids)
     if cfg.algo.mask_truncated:           # DAPO's overlong filtering: no gradient from them
         advantages = advantages.masked_fill(cut.view_as(advantages), 0.0)
-    if hasattr(run.sampler, "observe"):       # every rank observes the whole step: same state
-        observe_outcomes(run, indices, scores)
     t2 = time.perf_counter()
+    progress = step / max(cfg.train.steps, 1)
 
     credit, shaped = token_credit(advantages.flatten(), rollouts.completion_mask, cfg.algo.clip_low,
                                   cfg.algo.clip_high, run.shapers,
@@ -92,7 +77,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     t3 = time.perf_counter()
 
     metrics = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(unbiased=False)),
-               "reward/zero_spread_frac": zero_spread_fraction(rewards)}
+               "reward/zero_spread_frac": zero_spread_fraction(rewards),
+               **{k: v for k, v in drawn.stats.items() if k.startswith("sampling/")}}
     if nonfinite.any():
         metrics["reward/nonfinite_frac"] = float(nonfinite.float().mean())
     if cfg.algo.mask_truncated:
@@ -112,6 +98,40 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     metrics.update(verifier_metrics(scores))
     run.scheduler.step()
     return mean_over_ranks(d, metrics)
+
+
+def draw_batch(run: Run, step: int, template_rng: random.Random) -> dynamic.Drawn:
+    """This rank's share of the next `batch_prompts` prompts, rolled out and scored; a sampler
+    that learns from outcomes sees them (every rank the whole draw, so all keep one state)."""
+    cfg, policy, d = run.cfg, run.policy, run.dist
+    t0 = time.perf_counter()
+    indices = run.sampler.next(cfg.train.batch_prompts)[d.rank::d.world]
+    examples = [run.train_data[i] for i in indices]
+    examples = apply_templates(examples, cfg.data.templates, template_rng)
+    prompts = policy.adapter.encode(examples, policy.processor, system_prompt=cfg.data.system_prompt,
+                                    format_prompt=cfg.data.format_prompt)
+    params = SamplingParams(n=cfg.rollout.group_size, max_new_tokens=cfg.rollout.max_new_tokens,
+                            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                            top_k=cfg.rollout.top_k)
+    run.engine.wake_up()
+    rollouts = run.engine.generate(prompts, params)
+    run.engine.sleep()
+    t1 = time.perf_counter()
+
+    G = cfg.rollout.group_size
+    rows = [range(b * G, (b + 1) * G) for b in range(len(examples))]
+    ids, kept = rollouts.completion_ids, rollouts.completion_mask.bool()
+    scores = run.reward.score_groups(     # a user reward's async calls: every group at once
+        examples, [[rollouts.texts[r] for r in group] for group in rows],
+        progress=step / max(cfg.train.steps, 1),
+        completion_ids=[[ids[r][kept[r]].tolist() for r in group] for group in rows])
+    failures = d.gather(run.reward.all_failed(scores))   # decided together: no rank waits alone
+    if all(failures):
+        raise RewardError(failures[0])
+    if hasattr(run.sampler, "observe"):
+        observe_outcomes(run, indices, scores)
+    return dynamic.Drawn(examples, indices, rollouts, scores,
+                         {"time/rollout_s": t1 - t0, "time/reward_s": time.perf_counter() - t1})
 
 
 def verifier_metrics(scores: list[list[dict[str, float]]]) -> dict[str, float]:

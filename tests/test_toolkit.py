@@ -129,3 +129,20 @@ def test_dynamic_sampling_trains_only_groups_with_spread(tmp_path, tiny_vl, shap
     for m in out[True]:
         assert m["reward/zero_spread_frac"] == 0.0 and m["sampling/spread_groups"] == 4
         assert m["sampling/draws"] >= 1 and m["update/trained_rows"] == 16
+
+
+def test_the_router_loss_of_a_moe_model_joins_the_update(tmp_path, tiny_dirs, shapes_dir):
+    model = tiny_dirs("qwen3-vl-moe")
+    (tmp_path / "off").mkdir()
+    (tmp_path / "on").mkdir()
+    off = _step(tmp_path / "off", model, shapes_dir, "rollout.max_new_tokens=6")
+    on = _step(tmp_path / "on", model, shapes_dir, "rollout.max_new_tokens=6",
+               "algo.router_aux_coef=0.5")
+    assert "loss/router_aux" not in off
+    # a load-balancing loss is about 1 (top-k over E experts, balanced) and never below 0
+    assert 0.5 < on["loss/router_aux"] < 10 and on["optim/grad_norm"] != off["optim/grad_norm"]
+
+
+def test_the_router_loss_on_a_dense_model_is_refused(tmp_path, tiny_vl, shapes_dir):
+    with pytest.raises(ValueError, match="has no router"):
+        _step(tmp_path, tiny_vl, shapes_dir, "algo.router_aux_coef=0.01")

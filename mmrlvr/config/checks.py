@@ -105,6 +105,7 @@ RANGES: list[tuple[str, Bound, str]] = [
     ("algo.eps", POSITIVE, "keeps the advantage finite when a group's rewards are all equal; "
                            "e.g. 1e-6"),
     ("algo.norm_len", NON_NEGATIVE, "0 uses rollout.max_new_tokens"),
+    ("algo.router_aux_coef", NON_NEGATIVE, "0 turns the MoE router loss off; e.g. 0.001"),
     ("algo.rollout_correction_cap", Bound(1, None, low_open=True),
      "the cap on pi_trainer/pi_rollout, above 1, e.g. 2.0"),
     ("optim.lr", POSITIVE, "set the peak learning rate, e.g. 1e-6 for a 7B model or 1e-4 for a "
@@ -308,6 +309,9 @@ def find_problems(cfg: Config) -> list[str]:
         if isinstance(t, str) and "{question}" not in t:
             problems.append(f"config key 'data.templates': {t!r} has no {{question}} slot; "
                             "write the template around {question}")
+    if _is_number(cfg.algo.router_aux_coef) and cfg.algo.router_aux_coef > 0 and cfg.train.packing:
+        problems.append("config keys 'algo.router_aux_coef' and 'train.packing': the packed "
+                        "forward returns no router loss; turn one off")
     if cfg.train.packing and cfg.train.length_buckets:
         problems.append("config keys 'train.packing' and 'train.length_buckets' are both true: pick "
                         "one (packing runs no completion padding; buckets would split its groups)")

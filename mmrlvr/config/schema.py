@@ -132,6 +132,8 @@ class AlgoConfig:
     """Added to the group std in the GRPO advantage."""
     norm_len: int = 0
     """Token budget for `seq-sum-norm` (0 = rollout.max_new_tokens)."""
+    router_aux_coef: float = 0.0
+    """MoE families: weight of the router load-balancing loss added to the update (0: off; Qwen3-VL-MoE's own config uses 0.001)."""
     mask_truncated: bool = False
     """Completions cut by rollout.max_new_tokens (no EOS) get advantage 0: no policy gradient (DAPO's overlong filtering)."""
     rollout_correction: str = "none"

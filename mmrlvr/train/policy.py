@@ -148,6 +148,10 @@ class Policy:
         self.sharded = False
         """Set when FSDP2 shards the model: it then casts for the forward itself (no autocast),
         and media features are computed inside the model's forward (see mmrlvr.train.parallel)."""
+        self.router_aux = False
+        """MoE families: training forwards also return the router load-balancing loss, kept in
+        `router_losses` for the update to add (`algo.router_aux_coef`)."""
+        self.router_losses: list[torch.Tensor] = []
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.family = adapter.family_of(processor)
         """The model family (`mmrlvr.models`): what is particular to this architecture."""
@@ -289,6 +293,15 @@ class Policy:
         logits = self.logits(full, n_completion, model, inputs_embeds)
         return F.log_softmax(logits.float() / temperature, dim=-1)            # [N, C, V]
 
+    def _router_kwargs(self) -> dict[str, Any]:
+        """`output_router_logits` for a forward that trains (grad on) when the router loss is on."""
+        return {"output_router_logits": True} if self.router_aux and torch.is_grad_enabled() else {}
+
+    def _keep_router_loss(self, out: Any) -> None:
+        aux = getattr(out, "aux_loss", None)
+        if self.router_aux and torch.is_grad_enabled() and aux is not None:
+            self.router_losses.append(aux)
+
     def logits(self, full: dict[str, Any], n_completion: int, model: torch.nn.Module | None = None,
                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         """Raw logits [N, C, V] (compute dtype) at the positions that predict the last
@@ -296,8 +309,10 @@ class Policy:
         C = n_completion
         model = model if model is not None else self.forward_model
         extra = {} if inputs_embeds is None else {"inputs_embeds": inputs_embeds}
+        extra.update(self._router_kwargs())
         with self.autocast():
             out = model(**full, **extra, use_cache=False, logits_to_keep=C + 1)
+        self._keep_router_loss(out)
         # models without `logits_to_keep` (Qwen2-Audio) return every position: keep the last C+1
         return out.logits[:, -(C + 1):-1, :]
 
@@ -329,10 +344,11 @@ class Policy:
         gradients of the copies add up in it, as they would per copy. The same logprobs and
         gradients as whole rows (tests/test_policy.py), on about (P + C)/(P/G + C) fewer
         tokens. Under FSDP2 or gradient checkpointing (no cache in a training forward), and for a
-        family whose cache cannot be repeated (`Family.repeatable_cache`), every row runs whole.
+        family whose cache cannot be repeated (`Family.repeatable_cache`), every row runs whole;
+        also with the MoE router loss on (`router_aux`: its padding mask must cover every token).
         """
         if self.sharded or self._checkpointing() or completion_ids.shape[1] < 2 \
-                or not self.family.repeatable_cache:
+                or not self.family.repeatable_cache or self.router_aux:
             inputs, _ = select(prompts, prompt_rows)
             media = self.shared_media(prompts, prompt_rows, model)
             return self.completion_logprobs(inputs, completion_ids, completion_mask, temperature,

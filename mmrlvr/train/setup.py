@@ -167,6 +167,11 @@ def load_policy(cfg: Config, d: Dist, init: str | None = None, ckpt: Path | None
         parallel.fully_shard_model(policy.base_model(), policy.compute_dtype, _probe(policy),
                                    policy.family)
         policy.sharded = True
+    if cfg.algo.router_aux_coef > 0:
+        if not policy.family.moe:
+            raise ValueError(f"algo.router_aux_coef is {cfg.algo.router_aux_coef:g}, but the "
+                             f"{policy.family.name} model has no router (a dense model): set it to 0")
+        policy.router_aux = True
     return policy
 
 

@@ -88,6 +88,7 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
         stats.update({k: [v] for k, v in aux.items()})
         for k, part in enumerate(micro):
             with sync_grads(d, policy, k == len(micro) - 1):
+                policy.router_losses.clear()
                 (logp, entropy), width = forward(part, with_entropy=epoch == 0)
                 m = mask[part, :width].to(logp.device).float()                    # [n, w]
                 old_lp = torch.stack([old[r][:width] for r in part]).to(logp.device) if old \
@@ -101,6 +102,8 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
                     norm_len=cfg.algo.norm_len or cfg.rollout.max_new_tokens, beta=cfg.algo.beta,
                     ref_logp=ref_lp, kl_estimator=cfg.algo.kl_estimator,
                     total_tokens=total_tokens, total_seqs=total_seqs, ratio=cfg.algo.ratio)
+                loss = loss + router_loss(policy, cfg.algo.router_aux_coef, len(part), total_seqs,
+                                          stats)
                 (loss * d.world).backward()
             if not cause and not torch.isfinite(loss.detach()):
                 cause = f"non-finite loss (epoch {epoch + 1}, micro-batch {k + 1})"
@@ -151,6 +154,19 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
             out["rollout/logprob_gap"] = gap_sum / token_count
             out["rollout/logprob_gap_max"] = gap_max
     return out
+
+
+def router_loss(policy: Policy, coef: float, rows: int, total_seqs: int,
+                stats: dict[str, list[float]]) -> torch.Tensor | float:
+    """`algo.router_aux_coef` × the MoE router's load-balancing loss of this micro-batch's
+    forwards (their mean), weighted by its share of the step's sequences so the micro-batches'
+    terms add up to the step's mean; 0 when off."""
+    if not policy.router_losses:
+        return 0.0
+    aux = torch.stack([a.float() for a in policy.router_losses]).mean()
+    policy.router_losses.clear()
+    stats.setdefault("loss/router_aux", []).append(float(aux.detach()))
+    return coef * aux * rows / max(total_seqs, 1)
 
 
 def correct_rollout(algo, shaped: dict, trainer_logp: torch.Tensor, rollouts, part: list[int],

@@ -412,3 +412,24 @@ def test_dynamic_sampling_under_two_processes_keeps_the_ranks_in_step(tmp_path, 
     rows = [json.loads(line) for line in (tmp_path / "dyn" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "sampling/draws" in r]
     assert len(steps) == 2 and all(r["reward/zero_spread_frac"] == 0.0 for r in steps), steps
+
+
+def test_sigterm_under_two_processes_stops_both_ranks_after_one_step_with_a_checkpoint(
+        tmp_path, tiny_vl, shapes_dir):
+    """torchrun passes SIGTERM on to each rank, each at its own moment: the ranks agree after a
+    step, save that step together (FSDP2: a sharded checkpoint) and end."""
+    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "pre", data={"eval": ""},
+                       train={"strategy": "fsdp2", "steps": 200, "save_every": 0})
+    proc = subprocess.Popen(torchrun(*cli("train", str(cfg))), text=True,
+                            env=env(MMRLVR_TRACE=str(tmp_path / "trace")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    metrics = tmp_path / "pre" / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().strip()):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=180)
+    steps = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "pre" / "checkpoints").glob("step-*"))
+    assert len(steps) == 1 and 1 <= steps[0] < 200, err[-3000:]
+    assert f"SIGTERM: stopped after step {steps[0]} of 200" in err, err[-3000:]
+    assert (tmp_path / "pre" / "checkpoints" / f"step-{steps[0]}" / "sharded").is_dir()

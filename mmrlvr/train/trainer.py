@@ -39,6 +39,7 @@ from mmrlvr.train.checkpoint import rng_state, save_checkpoint, sharded_state
 from mmrlvr.train.evaluate import evaluate_ranks, write_records
 from mmrlvr.train.logger import RunLogger, read_metrics
 from mmrlvr.train.parallel import Dist
+from mmrlvr.train.preempt import Preemption
 from mmrlvr.train.report import write_report
 from mmrlvr.train.setup import Run, build_run
 from mmrlvr.train.update import policy_update
@@ -225,6 +226,33 @@ def _train(run: Run, start_step: int, resume: bool, progress: bool) -> dict[str,
 
     bar = tqdm(range(start_step + 1, cfg.train.steps + 1), desc="grpo", disable=not (progress and d.main),
                initial=start_step, total=cfg.train.steps)
+    with Preemption() as stop:
+        stopped = _steps(run, bar, logger, first, stop)
+    logger.close()
+    if d.main:       # a lazy split records rows skipped when drawn: rewrite skipped_rows.jsonl
+        run.report.write(run.run_dir)
+    in_sync = ranks_in_sync(run)
+    summary = summarize(run, in_sync) if d.main else {}
+    if stopped is not None:          # preempted: the checkpoint is the run's state, no final/
+        step, name = stopped
+        if d.main:
+            summary["preempted"] = {"signal": name, "step": step}
+            print(f"{name}: stopped after step {step} of {cfg.train.steps}; checkpoint saved; "
+                  f"continue with `mmrlvr train --resume {run.run_dir}`", file=sys.stderr)
+            write_report(run.run_dir, summary, title=f"GRPO run {run.run_dir.name} (preempted)")
+        d.barrier()
+        return summary
+    if d.main:
+        write_report(run.run_dir, summary, title=f"GRPO run {run.run_dir.name}")
+    run.policy.save(run.run_dir / "final", main=d.main)
+    d.barrier()
+    return summary
+
+
+def _steps(run: Run, bar, logger: RunLogger, first: dict[str, Any], stop: Preemption
+           ) -> tuple[int, str] | None:
+    """The training steps of `bar`; (step, signal) when a signal stopped them after `step`."""
+    cfg = run.cfg
     for step in bar:
         metrics = {**first, **grpo_step(run, step)}
         first = {}
@@ -238,18 +266,15 @@ def _train(run: Run, start_step: int, resume: bool, progress: bool) -> dict[str,
         shown = {"reward": metrics["reward/mean"], "acc": metrics.get("reward/accuracy"),
                  "eval": metrics.get("eval/reward" if cfg.train.eval_reward else "eval/accuracy")}
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None})
-        if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
+        saved = last or (cfg.train.save_every and step % cfg.train.save_every == 0)
+        if saved:
             _save(run, step)
-    logger.close()
-    if d.main:       # a lazy split records rows skipped when drawn: rewrite skipped_rows.jsonl
-        run.report.write(run.run_dir)
-    in_sync = ranks_in_sync(run)
-    summary = summarize(run, in_sync) if d.main else {}
-    if d.main:
-        write_report(run.run_dir, summary, title=f"GRPO run {run.run_dir.name}")
-    run.policy.save(run.run_dir / "final", main=d.main)
-    d.barrier()
-    return summary
+        name = stop.asked(run.dist)
+        if name and not last:            # the step is whole: keep it, and stop
+            if not saved:
+                _save(run, step)
+            return step, name
+    return None
 
 
 def note_skip(run: Run, step: int, metrics: dict[str, Any]) -> None:

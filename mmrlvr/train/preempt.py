@@ -28,7 +28,8 @@ class Preemption:
         if threading.current_thread() is threading.main_thread():    # handlers live there only
             for name in self.SIGNALS:
                 num = getattr(signal, name)
-                self._old[num] = signal.signal(num, self._handle)
+                if signal.getsignal(num) is not signal.SIG_IGN:   # nohup'd: keep ignoring it
+                    self._old[num] = signal.signal(num, self._handle)
         return self
 
     def __exit__(self, *exc: Any) -> None:

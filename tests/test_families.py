@@ -57,15 +57,13 @@ def _completions(policy, widths, seed=1):
     return torch.where(mask.bool(), ids, torch.full_like(ids, policy.pad_id)), mask
 
 
-@pytest.mark.parametrize("kind", VISION)
-def test_padded_mixed_batch_logprobs_equal_each_row_alone(kind, tiny_dirs, mixed):
-    policy = _policy(tiny_dirs(kind))
-    assert models.of_model(policy.model).tiny == kind
-    batch = policy.adapter.encode(mixed, policy.processor)
-    ids, mask = _completions(policy, [5, 9, 2])
+def assert_padding_invariant(policy, examples, ids, mask) -> None:
+    """Each row's logprobs in the padded batch of `examples` equal its own alone."""
+    batch = policy.adapter.encode(examples, policy.processor)
     with torch.no_grad():
-        together, _ = policy.completion_logprobs(select(batch, [0, 1, 2])[0], ids, mask)
-        for i, ex in enumerate(mixed):
+        together, _ = policy.completion_logprobs(select(batch, list(range(len(examples))))[0],
+                                                 ids, mask)
+        for i, ex in enumerate(examples):
             w = int(mask[i].sum())
             alone, _ = policy.completion_logprobs(
                 policy.adapter.encode([ex], policy.processor).inputs, ids[i:i + 1, :w],
@@ -73,16 +71,13 @@ def test_padded_mixed_batch_logprobs_equal_each_row_alone(kind, tiny_dirs, mixed
             torch.testing.assert_close(together[i, :w], alone[0], atol=2e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("kind", VISION)
-def test_rollout_and_trainer_logprobs_agree(kind, tiny_dirs, mixed):
-    """What the engine sampled with equals what the training forward recomputes (fp32, CPU):
-    positions, media features and masks are the same in both."""
-    policy = _policy(tiny_dirs(kind))
-    batch = policy.adapter.encode(mixed, policy.processor)
+def assert_rollout_matches_trainer(policy, batch, n: int, max_new_tokens: int) -> None:
+    """What the engine sampled with equals what the training forward recomputes (fp32, CPU),
+    row by row and with the media features shared per prompt."""
     torch.manual_seed(2)
-    roll = make_engine("hf", policy).generate(batch, SamplingParams(n=3, max_new_tokens=10,
-                                                                    temperature=1.0))
-    rows = [i for i in range(len(mixed)) for _ in range(3)]
+    roll = make_engine("hf", policy).generate(batch, SamplingParams(
+        n=n, max_new_tokens=max_new_tokens, temperature=1.0))
+    rows = [i for i in range(len(batch)) for _ in range(n)]
     with torch.no_grad():
         logp, _ = policy.rollout_logprobs(batch, rows, roll.completion_ids, roll.completion_mask)
         whole, _ = policy.completion_logprobs(select(batch, rows)[0], roll.completion_ids,
@@ -92,6 +87,20 @@ def test_rollout_and_trainer_logprobs_agree(kind, tiny_dirs, mixed):
     assert m.sum() > 0
     assert (logp - roll.sample_logprobs)[m].abs().max() < 1e-4
     assert (whole - roll.sample_logprobs)[m].abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("kind", VISION)
+def test_padded_mixed_batch_logprobs_equal_each_row_alone(kind, tiny_dirs, mixed):
+    policy = _policy(tiny_dirs(kind))
+    assert models.of_model(policy.model).tiny == kind
+    assert_padding_invariant(policy, mixed, *_completions(policy, [5, 9, 2]))
+
+
+@pytest.mark.parametrize("kind", VISION)
+def test_rollout_and_trainer_logprobs_agree(kind, tiny_dirs, mixed):
+    """Positions, media features and masks are the same in the engine and the trainer."""
+    policy = _policy(tiny_dirs(kind))
+    assert_rollout_matches_trainer(policy, policy.adapter.encode(mixed, policy.processor), 3, 10)
 
 
 def _run_config(tmp_path: Path, model: Path, data: Path, name: str, **train_extra) -> Path:

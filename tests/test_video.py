@@ -15,12 +15,11 @@ from PIL import Image, ImageDraw
 
 import modalities
 from mmrlvr.config import ModelConfig, load_config
-from mmrlvr.core.types import select
 from mmrlvr.data import DataError, Example, load_dataset
 from mmrlvr.data.video import write_video
-from mmrlvr.rollout import SamplingParams, make_engine
 from mmrlvr.train.logger import read_metrics
 from mmrlvr.train.policy import Policy
+from tests.test_families import assert_padding_invariant, assert_rollout_matches_trainer
 
 KINDS = ["qwen2.5-vl", "qwen3-vl"]
 
@@ -113,31 +112,14 @@ def test_a_video_row_becomes_the_familys_video_tokens_and_its_frames_matter(kind
 def test_mixed_batch_with_video_is_padding_invariant_and_rollout_matches_trainer(kind, tiny_dirs, data):
     policy = _policy(tiny_dirs(kind))
     examples = load_dataset(str(data))
-    batch = policy.adapter.encode(examples, policy.processor)
     n = len(examples)
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, len(policy.tokenizer) - 40, (n, 9), generator=gen)
     mask = torch.ones_like(ids)
     for i in range(n):
         mask[i, 3 + i:] = 0
-    with torch.no_grad():
-        together, _ = policy.completion_logprobs(select(batch, list(range(n)))[0], ids, mask)
-        for i, ex in enumerate(examples):
-            w = int(mask[i].sum())
-            alone, _ = policy.completion_logprobs(policy.adapter.encode([ex], policy.processor).inputs,
-                                                  ids[i:i + 1, :w], mask[i:i + 1, :w])
-            torch.testing.assert_close(together[i, :w], alone[0], atol=2e-5, rtol=1e-4)
-    torch.manual_seed(2)
-    roll = make_engine("hf", policy).generate(batch, SamplingParams(n=2, max_new_tokens=8))
-    rows = [i for i in range(n) for _ in range(2)]
-    with torch.no_grad():
-        logp, _ = policy.rollout_logprobs(batch, rows, roll.completion_ids, roll.completion_mask)
-        shared, _ = policy.completion_logprobs(select(batch, rows)[0], roll.completion_ids,
-                                               roll.completion_mask,
-                                               media=policy.shared_media(batch, rows))
-    m = roll.completion_mask.bool()
-    assert (logp - roll.sample_logprobs)[m].abs().max() < 1e-4
-    assert (shared - roll.sample_logprobs)[m].abs().max() < 1e-4
+    assert_padding_invariant(policy, examples, ids, mask)
+    assert_rollout_matches_trainer(policy, policy.adapter.encode(examples, policy.processor), 2, 8)
 
 
 @pytest.mark.slow

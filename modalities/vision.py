@@ -116,7 +116,7 @@ class VisionAdapter(Adapter):
     def build_messages(self, example: Example, system_prompt: str = "",
                        format_prompt: str = "") -> list[dict[str, Any]]:
         media = [{"type": "image"} for _ in example.images]
-        media += [{"type": "video"} for _ in getattr(example, "videos", ())]
+        media += [{"type": "video"} for _ in example.videos]
         return self.chat(media, example, system_prompt, format_prompt)
 
     def encode(self, examples: list[Example], processor: Any, system_prompt: str = "",

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from mmrlvr.core.types import Rollouts
+from mmrlvr.rollout.base import truncated_rows
 
 
 @dataclass
@@ -81,8 +82,7 @@ def merge(run: Any, chosen: list[tuple[Drawn, int]]) -> Drawn:
                 "rollout/time_s"):
         if key in stats:
             stats[key] = sum(r.stats.get(key, 0) for r in distinct)
-    ended = torch.isin(ids, torch.tensor(policy.eos_ids)) & mask.bool()
-    stats["rollout/truncated_frac"] = float((~ended.any(dim=1)).float().mean())
+    stats["rollout/truncated_frac"] = float(truncated_rows(ids, mask, policy.eos_ids).float().mean())
     for key in ("first_token_entropy", "token_entropy"):      # per-row tensors some shapers read
         if all(key in r.stats for r, _ in rows):
             parts = [r.stats[key][i] for r, i in rows]

@@ -64,8 +64,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     nonfinite = ~torch.isfinite(rewards)                  # user rewards were caught already
     rewards = rewards.masked_fill(nonfinite, 0.0)
     advantages = group_advantages(rewards, cfg.algo.advantage, cfg.algo.eps, d.all_sum)  # [B, G]
-    cut = truncated_rows(rollouts.completion_ids, rollouts.completion_mask, policy.eos_ids)
     if cfg.algo.mask_truncated:           # DAPO's overlong filtering: no gradient from them
+        cut = truncated_rows(rollouts.completion_ids, rollouts.completion_mask, policy.eos_ids)
         advantages = advantages.masked_fill(cut.view_as(advantages), 0.0)
     t2 = time.perf_counter()
     progress = step / max(cfg.train.steps, 1)

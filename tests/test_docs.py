@@ -42,7 +42,15 @@ def test_every_relative_link_and_anchor_resolves():
     assert not broken, "links that lead nowhere:\n" + "\n".join(broken)
 
 
-def test_no_page_points_at_the_teams_own_notes():
-    """DESIGN.md / METHODS.md are not part of the project: its own docs say what the code does."""
-    named = [f"{p.relative_to(ROOT)}" for p in pages() if re.search(r"\b(DESIGN|METHODS)\.md", p.read_text())]
-    assert not named, named
+RUN_OUTPUTS = {"report.md", "compare.md"}
+"""Markdown files runs write (`runs/NAME/report.md`, `mmrlvr compare`'s table), not pages."""
+
+
+def test_every_markdown_file_a_page_names_is_in_the_project():
+    """A page that names a `.md` file (a link or not) names one the project holds: its docs
+    describe its own design, not notes kept elsewhere."""
+    held = {p.name for p in ROOT.rglob("*.md") if ".venv" not in p.parts and "runs" not in p.parts}
+    named = [f"{p.relative_to(ROOT)}: {name}" for p in pages()
+             for name in set(re.findall(r"\b([\w.-]+\.md)\b", p.read_text()))
+             if name not in held | RUN_OUTPUTS]
+    assert not named, "pages naming markdown files the project does not hold:\n" + "\n".join(named)

@@ -213,11 +213,19 @@ def cmd_stress(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from mmrlvr.compare import CompareError, run
+    from mmrlvr.compare import CompareError, power_report, run
 
     try:
+        if args.sd is not None:
+            if args.power is None or args.runs or args.arm:
+                raise CompareError("--sd is the power helper's: give it with --power EFFECT and "
+                                   "no runs (with runs, each row's SD comes from its runs)")
+            print(power_report(args.power, args.sd))
+            return 0
+        if args.power is not None and not (args.runs or args.arm):
+            raise CompareError("--power without runs needs --sd POINTS (the run-to-run SD)")
         print(run(args.runs, args.arm or [], step=args.step, n_boot=args.bootstrap,
-                  seed=args.seed, json_out=args.json, plot_out=args.plot))
+                  seed=args.seed, json_out=args.json, plot_out=args.plot, effect=args.power))
     except CompareError as err:
         print(f"mmrlvr compare: error: {err}", file=sys.stderr)
         return 2
@@ -388,8 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compare", help="paired comparison of runs on the same held-out questions",
                        description="Per eval set: each arm's accuracy, its paired difference to the "
-                       "first arm (the baseline) with a 95 % bootstrap interval, exact McNemar p, "
-                       "and the graded reward's difference where the evals scored one.")
+                       "first arm (the baseline) with a 95 % question-level bootstrap interval and "
+                       "exact McNemar p; with 2+ seeds per arm, a run-level interval (hierarchical "
+                       "bootstrap: runs, then questions), Welch's t test on the per-run means and a "
+                       "verdict (effect shown, or no effect at the minimum detectable effect); the "
+                       "graded reward's difference where the evals scored one. "
+                       "Power helper: `mmrlvr compare --power 5 --sd 3.9` says how many seeds per "
+                       "arm a 5-point difference needs at a run-to-run SD of 3.9 points.")
     c.add_argument("runs", nargs="*", metavar="RUN",
                    help="run dirs (their last eval) or `mmrlvr eval --out` files; one arm each")
     c.add_argument("--arm", action="append", metavar="NAME=RUN,RUN,...",
@@ -399,6 +412,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     c.add_argument("--json", help="also write the figures as JSON here")
     c.add_argument("--plot", help="also draw the differences with their intervals (PNG)")
+    c.add_argument("--power", type=float, metavar="EFFECT",
+                   help="a difference in points to plan for: with runs, each verdict adds how many "
+                   "seeds per arm it needs at the row's run-to-run SD (alpha 0.05, power 0.8); "
+                   "with --sd and no runs, only that answer")
+    c.add_argument("--sd", type=float, metavar="POINTS",
+                   help="run-to-run SD of a run's accuracy, in points (a compare's "
+                   "run_level.sd_points), for --power without runs")
     c.set_defaults(fn=cmd_compare)
 
     pl = sub.add_parser("plan", help="per-GPU memory of a config and whether it fits, before "

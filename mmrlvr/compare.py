@@ -23,12 +23,35 @@ With more than one eval set in common, an "all sets" block pools the questions o
 on the pooled discordant counts — a test of the pooled question population, stated as such,
 not a per-set correction.
 
+The intervals above resample questions only: they treat the arm's seeds as fixed, so they leave
+out how much a method's result moves from seed to seed. Beside them, with 2+ runs in both arms,
+each row has run-level figures (the training run as the unit):
+
+    run-level CI  95 % hierarchical bootstrap of the difference: each replicate resamples the
+                  runs of each arm (with replacement, within the arm), then the questions (one
+                  resample shared by every run, so the pairing by question stays)
+    Welch p       Welch's t test on the per-run means (unequal variances). Chosen over a
+                  permutation test of the run labels because with 3 seeds per arm that test's
+                  smallest possible p is 2/C(6, 3) = 0.1: it could never show an effect. A run's
+                  mean averages hundreds of questions, so the t test's normal shape is a fair
+                  assumption; it is an assumption, and it is stated.
+    verdict       "effect shown" when Welch p < 0.05 and the run-level interval excludes 0
+                  (the percentile bootstrap is narrow with few runs, so it is not trusted alone);
+                  otherwise "no effect at MDE X": the smallest difference (points) a t test on
+                  this many seeds finds 80 % of the time at alpha 0.05, given the pooled
+                  run-to-run SD (`min_detectable_effect`)
+
+With one run in an arm the run-level figures cannot be computed, and the row says so. `--power
+EFFECT` adds how many seeds per arm EFFECT points would need at each row's run-to-run SD; with
+`--sd SD` and no runs it answers for that SD alone (`power_report`).
+
 Rows are paired by question id; questions not in every run are left out and counted. Output: a
-Markdown table (stdout), `--json FILE`, and `--plot FILE.png` (differences with intervals).
+Markdown table (stdout), `--json FILE`, and `--plot FILE.png` (differences with both intervals).
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +63,81 @@ from mmrlvr.core.stats import mcnemar_exact, mean_interval, paired_bootstrap
 
 class CompareError(ValueError):
     """Runs that cannot be compared; the message names the run and what is missing."""
+
+
+ALPHA, POWER = 0.05, 0.8     # the MDE's and the power helper's test level and power
+MAX_SEEDS = 10_000           # the power helper's search stops here
+
+
+def hierarchical_bootstrap(base: np.ndarray, arm: np.ndarray, n_boot: int = 2000, seed: int = 0
+                           ) -> tuple[float, tuple[float, float]]:
+    """mean(arm) − mean(base) and its 95 % percentile interval over `n_boot` replicates, each
+    resampling the runs within each arm, then the questions (the same questions for every run).
+
+    base [Sa, n], arm [Sb, n]: per-run, per-question values of the same n questions.
+    """
+    rng = np.random.default_rng(seed)
+    (sa, n), sb = base.shape, len(arm)
+    wa = rng.multinomial(sa, np.full(sa, 1 / sa), size=n_boot) / sa     # [B, Sa] run weights
+    wb = rng.multinomial(sb, np.full(sb, 1 / sb), size=n_boot) / sb     # [B, Sb]
+    wq = rng.multinomial(n, np.full(n, 1 / n), size=n_boot) / n         # [B, n] question weights
+    means = ((wb @ arm - wa @ base) * wq).sum(axis=1)                   # [B]
+    return (float(arm.mean() - base.mean()),
+            (float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))))
+
+
+def welch_t(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """Welch's t test of mean(b) − mean(a) on per-run values: (t, df, two-sided p), with
+    t = (b̄ − ā) / √(s_a²/n_a + s_b²/n_b) and Welch–Satterthwaite df. NaNs when neither arm
+    varies (no spread to test against)."""
+    from scipy.stats import t as t_dist
+
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    if va + vb == 0:
+        return math.nan, math.nan, math.nan
+    t = (np.mean(b) - np.mean(a)) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return float(t), float(df), float(2 * t_dist.sf(abs(t), df))
+
+
+def pooled_sd(a: np.ndarray, b: np.ndarray) -> float:
+    """The run-to-run SD of both arms pooled: √(((n_a−1)s_a² + (n_b−1)s_b²) / (n_a+n_b−2))."""
+    ss = (len(a) - 1) * np.var(a, ddof=1) + (len(b) - 1) * np.var(b, ddof=1)
+    return float(math.sqrt(ss / (len(a) + len(b) - 2)))
+
+
+def min_detectable_effect(sd: float, n_a: int | np.ndarray, n_b: int | np.ndarray
+                          ) -> float | np.ndarray:
+    """The smallest true difference a two-sided t test on per-run means finds with probability
+    POWER at level ALPHA: (t_{1−α/2, df} + t_{power, df}) · sd · √(1/n_a + 1/n_b), df = n_a+n_b−2.
+    The usual approximation of the noncentral t: at 3 seeds per arm its exact power is 0.79.
+    Seed counts may be arrays (one MDE each)."""
+    from scipy.stats import t as t_dist
+
+    df = np.add(n_a, n_b) - 2
+    return (t_dist.ppf(1 - ALPHA / 2, df) + t_dist.ppf(POWER, df)) * sd * np.sqrt(
+        np.divide(1, n_a) + np.divide(1, n_b))
+
+
+def seeds_needed(effect: float, sd: float) -> int | None:
+    """The fewest seeds per arm (2 or more) whose MDE at `sd` is at most `effect`; None past
+    MAX_SEEDS."""
+    if effect <= 0 or sd <= 0:
+        raise CompareError(f"the power helper needs a positive effect and SD, got {effect}, {sd}")
+    n = np.arange(2, MAX_SEEDS + 1)                                     # [N] seeds per arm
+    enough = np.flatnonzero(min_detectable_effect(sd, n, n) <= effect)
+    return int(n[enough[0]]) if len(enough) else None
+
+
+def power_report(effect: float, sd: float) -> str:
+    """How many seeds per arm an `effect` (points) needs at a run-to-run SD of `sd` (points),
+    and the MDE at a few seed counts."""
+    n = seeds_needed(effect, sd)
+    need = f"needs {n} seeds per arm" if n else f"needs more than {MAX_SEEDS} seeds per arm"
+    mdes = ", ".join(f"{k}: {min_detectable_effect(sd, k, k):.1f}" for k in (2, 3, 5, 10, 20))
+    return (f"A {effect:g}-point difference at a run-to-run SD of {sd:g} points {need} "
+            f"(two-sided t test on per-run means, alpha {ALPHA}, power {POWER}).\n"
+            f"MDE (points) by seeds per arm: {mdes}")
 
 
 def load_records(source: str | Path, step: int | None = None) -> dict[str, dict[str, list[dict]]]:
@@ -100,10 +198,39 @@ def _matrix(arm: Arm, parts: list[tuple[str, list[str]]], key: str) -> np.ndarra
     return np.asarray(rows)
 
 
+def _verdict(diff: float, p: float, ci: tuple[float, float], mde: float) -> str:
+    if math.isnan(p):
+        return "cannot test: every run of each arm scored the same (no run-to-run spread)"
+    if p < ALPHA and (ci[0] > 0 or ci[1] < 0):
+        return f"effect shown ({'better' if diff > 0 else 'worse'})"
+    return f"no effect at MDE {100 * mde:.1f}"
+
+
+def _run_level(base: Arm, arm: Arm, base_acc: np.ndarray, acc: np.ndarray, n_boot: int,
+               seed: int, effect: float | None) -> dict[str, Any]:
+    """The row's run-level figures (see the module docstring), or why there are none."""
+    single = [f"{a.name!r} has 1 run" for a in (base, arm) if len(a.runs) < 2]
+    if single:
+        return {"unavailable": f"{' and '.join(single)}; the run level needs 2+ per arm"}
+    ra, rb = base_acc.mean(axis=1), acc.mean(axis=1)                    # [Sa], [Sb] run means
+    diff, ci = hierarchical_bootstrap(base_acc, acc, n_boot, seed)
+    t, df, p = welch_t(ra, rb)
+    sd = pooled_sd(ra, rb)
+    mde = float(min_detectable_effect(sd, len(ra), len(rb)))
+    out = {"diff_ci95": [100 * ci[0], 100 * ci[1]], "welch_t": None if math.isnan(t) else t,
+           "welch_df": None if math.isnan(df) else df, "welch_p": None if math.isnan(p) else p,
+           "sd_points": 100 * sd, "mde_points": 100 * mde,
+           "verdict": _verdict(diff, p, ci, mde)}
+    if effect is not None and sd > 0:
+        out["effect_points"], out["seeds_for_effect"] = effect, seeds_needed(effect, 100 * sd)
+    return out
+
+
 def _rows(arms: list[Arm], parts: list[tuple[str, list[str]]], key: str, n_boot: int, seed: int,
-          with_reward: bool) -> list[dict[str, Any]]:
+          with_reward: bool, effect: float | None) -> list[dict[str, Any]]:
     """One row per arm: the mean of `key` (correct / passed) and, against the baseline, the
-    paired bootstrap difference and McNemar on the discordant questions."""
+    paired bootstrap difference, McNemar on the discordant questions and the run-level
+    figures."""
     base = arms[0]
     base_acc = _matrix(base, parts, key)                                 # [S0, n]
     rows = []
@@ -118,7 +245,8 @@ def _rows(arms: list[Arm], parts: list[tuple[str, list[str]]], key: str, n_boot:
             b = int(sum(((base_acc[k] == 1) & (acc[k] == 0)).sum() for k in pairs))
             c = int(sum(((base_acc[k] == 0) & (acc[k] == 1)).sum() for k in pairs))
             row.update(diff_points=100 * diff, diff_ci95=[100 * ci[0], 100 * ci[1]],
-                       mcnemar_p=mcnemar_exact(b, c), worse=b, better=c)
+                       mcnemar_p=mcnemar_exact(b, c), worse=b, better=c,
+                       run_level=_run_level(base, arm, base_acc, acc, n_boot, seed, effect))
             base_rw, rw = _matrix(base, parts, "reward"), _matrix(arm, parts, "reward")
             if with_reward and not np.isnan(base_rw).any() and not np.isnan(rw).any():
                 d, ci = paired_bootstrap(base_rw.mean(axis=0), rw.mean(axis=0), n_boot, seed)
@@ -127,24 +255,26 @@ def _rows(arms: list[Arm], parts: list[tuple[str, list[str]]], key: str, n_boot:
     return rows
 
 
-def _block(arms: list[Arm], parts: list[tuple[str, list[str]]], n_boot: int, seed: int
-           ) -> dict[str, Any]:
+def _block(arms: list[Arm], parts: list[tuple[str, list[str]]], n_boot: int, seed: int,
+           effect: float | None) -> dict[str, Any]:
     """Accuracy rows and, where every record has its sampled outcome (`passed`, written with
     `train.eval_samples` = k > 0), the same rows for pass@k."""
     block: dict[str, Any] = {"questions": sum(len(ids) for _, ids in parts),
-                             "rows": _rows(arms, parts, "correct", n_boot, seed, True)}
+                             "rows": _rows(arms, parts, "correct", n_boot, seed, True, effect)}
     wanted = [(name, set(ids)) for name, ids in parts]
     records = [r for arm in arms for sets in arm.sets for name, ids in wanted
                for r in sets[name] if str(r["id"]) in ids]
     if records and all("passed" in r for r in records):
         ks = sorted({r["k"] for r in records if r.get("k") is not None})  # older evals: no k
         block["pass"] = {"k": ks[0] if len(ks) == 1 else None, "k_known": bool(ks),
-                         "rows": _rows(arms, parts, "passed", n_boot, seed, False)}
+                         "rows": _rows(arms, parts, "passed", n_boot, seed, False, effect)}
     return block
 
 
-def compare(arms: list[Arm], step: int | None = None, n_boot: int = 2000, seed: int = 0
-            ) -> dict[str, Any]:
+def compare(arms: list[Arm], step: int | None = None, n_boot: int = 2000, seed: int = 0,
+            effect: float | None = None) -> dict[str, Any]:
+    """The report: per eval set (and pooled), the rows of `_block`. `effect` (points): also say
+    how many seeds per arm it needs at each row's run-to-run SD."""
     for arm in arms:
         arm.sets = [load_records(r, step) for r in arm.runs]
     common_sets = set.intersection(*[set(s) for arm in arms for s in arm.sets])
@@ -158,29 +288,52 @@ def compare(arms: list[Arm], step: int | None = None, n_boot: int = 2000, seed: 
         dropped = max(len(x) for x in ids_per_run) - len(ids)
         if not ids:
             raise CompareError(f"eval set {set_name!r}: no question is in every run")
-        report["sets"][set_name] = {**_block(arms, [(set_name, ids)], n_boot, seed),
+        report["sets"][set_name] = {**_block(arms, [(set_name, ids)], n_boot, seed, effect),
                                     "left_out": dropped}
         parts.append((set_name, ids))
     if len(parts) > 1:      # every set's questions pooled: one bootstrap, pooled McNemar counts
-        report["pooled"] = {**_block(arms, parts, n_boot, seed), "left_out": 0,
+        report["pooled"] = {**_block(arms, parts, n_boot, seed, effect), "left_out": 0,
                             "sets": [name for name, _ in parts]}
     return report
 
 
+def _run_cells(run: dict[str, Any]) -> str:
+    """The run-level CI, Welch p and verdict cells of one row."""
+    if "unavailable" in run:
+        return f"cannot be computed | | no run-level verdict: {run['unavailable']}"
+    lo, hi = run["diff_ci95"]
+    p = "" if run["welch_p"] is None else f"{run['welch_p']:.3g}"
+    verdict = run["verdict"]
+    if "seeds_for_effect" in run:
+        n = run["seeds_for_effect"]
+        verdict += (f"; {run['effect_points']:g} points needs "
+                    + (f"{n} seeds per arm" if n else f"over {MAX_SEEDS} seeds per arm"))
+    return f"[{lo:+.1f}, {hi:+.1f}] | {p} | {verdict}"
+
+
 def _table(title: str, rows: list[dict[str, Any]], what: str) -> list[str]:
-    out = [title, f"| arm | seeds | {what} | diff (points) | 95 % CI | McNemar p | reward diff |",
-           "|---|---|---|---|---|---|---|"]
+    head = (f"| arm | seeds | {what} | diff (points) | question-level 95 % CI | McNemar p | "
+            "run-level 95 % CI | Welch p | verdict | reward diff |")
+    out = [title, head, "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         acc = f"{r['accuracy']:.3f}" + (f" ± {r['accuracy_ci95_half']:.3f}" if r["seeds"] > 1 else "")
         if "diff_points" not in r:
-            out.append(f"| {r['arm']} (baseline) | {r['seeds']} | {acc} | | | | |")
+            out.append(f"| {r['arm']} (baseline) | {r['seeds']} | {acc} | | | | | | | |")
             continue
         lo, hi = r["diff_ci95"]
         rw = (f"{r['reward_diff']:+.4f} [{r['reward_diff_ci95'][0]:+.4f}, "
               f"{r['reward_diff_ci95'][1]:+.4f}]") if "reward_diff" in r else ""
         out.append(f"| {r['arm']} | {r['seeds']} | {acc} | {r['diff_points']:+.1f} | "
-                   f"[{lo:+.1f}, {hi:+.1f}] | {r['mcnemar_p']:.3g} | {rw} |")
+                   f"[{lo:+.1f}, {hi:+.1f}] | {r['mcnemar_p']:.3g} | {_run_cells(r['run_level'])} | "
+                   f"{rw} |")
     return out + [""]
+
+
+LEGEND = ("Question-level CI: the questions resampled, each question's correctness averaged over "
+          "the arm's seeds (seed-to-seed variance left out). Run-level CI: the runs resampled "
+          "within each arm, then the questions. Welch p: t test on the per-run means. Verdict "
+          f"(run level): effect shown when Welch p < {ALPHA} and the run-level CI excludes 0, "
+          f"else the MDE (points; alpha {ALPHA}, power {POWER}, the pooled run-to-run SD).")
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -204,36 +357,54 @@ def markdown(report: dict[str, Any]) -> str:
                           f"completions is correct)"
                           f"{'' if k else '; k differs between runs' if block['pass']['k_known'] else '; k not recorded'}\n",
                           block["pass"]["rows"], name)
-    return "\n".join(out)
+    return "\n".join(out + [LEGEND])
+
+
+def _short_verdict(run: dict[str, Any]) -> str:
+    if "unavailable" in run:
+        return "run level: n/a"
+    return run["verdict"].split(":")[0]
 
 
 def plot(report: dict[str, Any], path: str | Path) -> None:
+    """Each arm's difference with its question-level and (where computed) run-level interval."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels, diffs, lows, highs = [], [], [], []
-    for set_name, block in report["sets"].items():
-        for r in block["rows"]:
-            if "diff_points" in r:
-                labels.append(f"{r['arm']}\n{set_name}")
-                diffs.append(r["diff_points"])
-                lows.append(r["diff_points"] - r["diff_ci95"][0])
-                highs.append(r["diff_ci95"][1] - r["diff_points"])
-    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(labels)), 3.2))
-    ax.errorbar(range(len(labels)), diffs, yerr=[lows, highs], fmt="o", capsize=4)
+    rows = [(f"{r['arm']}\n{set_name}\n{_short_verdict(r['run_level'])}", r)
+            for set_name, block in report["sets"].items() for r in block["rows"]
+            if "diff_points" in r]
+    fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(rows)), 3.6))
+    for offset, key, label in ((-0.1, None, "question-level 95 % CI"),
+                               (0.1, "run_level", "run-level 95 % CI")):
+        xs, ds, err = [], [], [[], []]
+        for x, (_, r) in enumerate(rows):
+            ci = r["diff_ci95"] if key is None else r[key].get("diff_ci95")
+            if ci is not None:
+                xs.append(x + offset)
+                ds.append(r["diff_points"])
+                err[0].append(r["diff_points"] - ci[0])
+                err[1].append(ci[1] - r["diff_points"])
+        if xs:
+            ax.errorbar(xs, ds, yerr=err, fmt="o", capsize=4, label=label)
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xlim(-0.5, len(rows) - 0.5)
+    ax.set_xticks(range(len(rows)), [label for label, _ in rows], fontsize=7)
     ax.set_ylabel(f"accuracy − {report['baseline']} (points)")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def run(runs: list[str], arms: list[str], *, step: int | None = None, n_boot: int = 2000,
-        seed: int = 0, json_out: str | None = None, plot_out: str | None = None) -> str:
-    report = compare(parse_arms(runs, arms), step, n_boot, seed)
+        seed: int = 0, json_out: str | None = None, plot_out: str | None = None,
+        effect: float | None = None) -> str:
+    if effect is not None and effect <= 0:
+        raise CompareError(f"--power {effect:g}: the effect must be a positive number of points")
+    report = compare(parse_arms(runs, arms), step, n_boot, seed, effect)
     if json_out:
         Path(json_out).write_text(json.dumps(report, indent=2) + "\n")
     if plot_out:

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from mmrlvr.config import ConfigError, load_config
-from mmrlvr.train.plan import GiB, make_plan
+from mmrlvr import models
+from mmrlvr.train.plan import BUILTIN, GiB, make_plan, prompt_tokens
 
 ROOT = Path(__file__).parent.parent
 RECIPES_7B = sorted((ROOT / "configs").glob("*7b*.yaml"))
@@ -59,14 +60,14 @@ def test_audio_models_count_as_load_model_builds_them(kind, tmp_path):
     assert plan.dims.towers["audio tower"] == audio == plan.dims.total - plan.dims.trainable
 
 
-@pytest.mark.parametrize("kind", ["qwen3-vl", "qwen3-vl-moe", "gemma3"])
-def test_new_families_count_as_load_model_builds_them(kind, tmp_path):
+@pytest.mark.parametrize("kind", ["qwen3-vl", "qwen3-vl-moe", "gemma3", "qwen3.5-moe"])
+def test_new_families_count_as_load_model_builds_them(kind, tiny_dirs):
     """Each family's towers (Gemma: `vision_tower` + projector) and, for a MoE model, the
-    parameters a token runs through: the non-expert ones and top-k of n experts."""
+    parameters a token runs through: the non-expert ones and top-k of n experts (Qwen3.5-MoE's
+    shared expert counts whole: it is not among `experts`)."""
     from mmrlvr.train.policy import load_model
-    from mmrlvr.tiny import build_tiny
 
-    path = build_tiny(kind, tmp_path / kind)
+    path = tiny_dirs(kind)
     plan = make_plan(_cfg(path, "model.freeze_vision=true"), gpus=1, gpu_mem_gib=80)
     model = load_model(str(path), torch.float32)
     assert plan.dims.total == sum(p.numel() for p in model.parameters())
@@ -105,6 +106,42 @@ def test_builtin_7b_count_matches_a_hand_count_from_its_config_json():
     assert plan.dims.towers == {"language model": lm, "vision tower": vision}
     assert plan.dims.total == 8_292_166_656                   # the model card's count
     assert "built-in table for Qwen/Qwen2.5-VL-7B-Instruct" in plan.table()
+
+
+@pytest.mark.parametrize("hub", sorted(BUILTIN))
+def test_every_builtin_release_plans_offline_as_its_familys_model(hub):
+    """A release's published dims build its family's model on the meta device: the family that
+    lists it serves its model_type, and a MoE release runs a token through fewer parameters."""
+    family = next(f for f in models.FAMILIES if hub in f.published)
+    plan = make_plan(_cfg(hub), gpus=8, gpu_mem_gib=80)
+    assert models.of_type(BUILTIN[hub]["model_type"]) is family
+    assert f"built-in table for {hub}" in plan.table() and plan.dims.total > 1e8
+    assert (plan.dims.active < 0.5 * plan.dims.total) == family.moe
+
+
+def test_qwen3_omni_thinker_count_matches_a_hand_count_from_its_config_json():
+    h, layers, vocab, experts, width = 2048, 48, 152064, 128, 768
+    attn = h * 32 * 128 + 2 * h * 4 * 128 + 32 * 128 * h + 2 * 128      # q, k, v, o; q/k norms
+    layer = attn + 2 * h + h * experts + experts * 3 * h * width        # norms, router, experts
+    plan = make_plan(_cfg("Qwen/Qwen3-Omni-30B-A3B-Instruct", "model.modality=audio"), gpus=8,
+                     gpu_mem_gib=80)
+    assert plan.dims.towers["language model"] == layers * layer + 2 * vocab * h + h
+    assert plan.dims.audio_tokens == 390 and "390 audio (a 30 s clip)" in plan.table()
+    omni25 = make_plan(_cfg("Qwen/Qwen2.5-Omni-7B", "model.modality=audio"), gpus=8, gpu_mem_gib=80)
+    assert omni25.dims.audio_tokens == 750                    # 25 a second after pooling
+
+
+def test_qwen3_5_kv_cache_counts_only_its_full_attention_layers():
+    plan = make_plan(_cfg("Qwen/Qwen3.5-35B-A3B"), gpus=8, gpu_mem_gib=80)
+    d = plan.dims
+    assert (d.layers, d.kv_layers) == (40, 10)                # full attention every fourth layer
+    dense = make_plan(_cfg("Qwen/Qwen3-VL-8B-Instruct"), gpus=8, gpu_mem_gib=80).dims
+    assert dense.kv_layers == dense.layers == 36
+    kv = _row(plan, "KV cache").ddp
+    cfg = plan.cfg
+    seqs = cfg.train.batch_prompts * cfg.rollout.group_size // 8
+    tokens = prompt_tokens(cfg, d) + cfg.rollout.max_new_tokens
+    assert kv == seqs * tokens * 10 * 2 * d.kv_dim * 2        # bf16 K and V of 10 layers
 
 
 def test_bytes_by_hand_on_the_tiny_model(tiny_vl):

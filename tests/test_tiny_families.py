@@ -83,6 +83,12 @@ SPECS = {
         model="Qwen3_5ForConditionalGeneration", auto=True, media="image",
         marker="<|vision_start|><|image_pad|><|vision_end|>", token="<|image_pad|>",
         token_attr="image_token_id", features=_qwen3_5_features, n_112=16),
+    # Qwen3.5-MoE: the same processor and decoder pattern, every layer a sparse MoE block
+    "qwen3.5-moe": dict(
+        processor="Qwen3VLProcessor", image_processor="Qwen2VLImageProcessor",
+        model="Qwen3_5MoeForConditionalGeneration", auto=True, media="image",
+        marker="<|vision_start|><|image_pad|><|vision_end|>", token="<|image_pad|>",
+        token_attr="image_token_id", features=_qwen3_5_features, n_112=16),
 }
 NEW_KINDS = tuple(SPECS)
 QUESTION = "How many shapes?"

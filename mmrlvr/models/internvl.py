@@ -12,7 +12,12 @@ from typing import Any
 
 import torch
 
+from mmrlvr.models.base import text_dims
 from mmrlvr.models.tiled import TiledVision
+
+_INTERNVIT_300M = dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                       intermediate_size=4096, image_size=[448, 448], patch_size=[14, 14])
+"""InternViT-300M-448px-V2_5, the tower of the InternVL3 releases up to 14B."""
 
 
 class InternVL(TiledVision):
@@ -25,6 +30,13 @@ class InternVL(TiledVision):
     vision_towers = ("vision_tower", "multi_modal_projector")
     unit_classes = ("DecoderLayer", "VisionLayer")
     tiny = "internvl"
+    published = {
+        # InternVL3-8B: InternViT-300M + Qwen2.5-7B (InternVL3's tokenizer: 151674 entries)
+        "OpenGVLab/InternVL3-8B-hf": dict(
+            model_type="internvl", vision_config=_INTERNVIT_300M, image_seq_length=256,
+            downsample_ratio=0.5, tie_word_embeddings=False,
+            text_config=dict(model_type="qwen2", **text_dims(3584, 18944, 28, 28, 4, 151674, False))),
+    }
 
     def tiles(self, inputs: dict[str, torch.Tensor], per_sample: list[int], processor: Any
               ) -> list[int]:

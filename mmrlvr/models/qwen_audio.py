@@ -105,6 +105,19 @@ class Qwen2Audio(QwenAudio):
         return [projected[k, :lengths[k]] for k in range(n)]
 
 
+_QWEN3_OMNI = dict(     # the thinker of the release's config.json (the talker is not trained)
+    model_type="qwen3_omni_moe_thinker",
+    text_config=dict(_text(2048, 768, 48, 32, 4, 152064, False), head_dim=128, num_experts=128,
+                     num_experts_per_tok=8, moe_intermediate_size=768, decoder_sparse_step=1,
+                     rope_parameters={"rope_type": "default", "rope_theta": 1000000,
+                                      "mrope_section": [24, 20, 20], "mrope_interleaved": True}),
+    audio_config=dict(_WHISPER, output_dim=2048, n_window=50, downsample_hidden_size=480),
+    vision_config=dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
+                       in_channels=3, out_hidden_size=2048, patch_size=16, spatial_merge_size=2,
+                       temporal_patch_size=2, num_position_embeddings=2304,
+                       deepstack_visual_indexes=[8, 16, 24]))
+
+
 class Qwen25Omni(QwenAudio):
     """The Qwen2.5-Omni thinker (text out); a full Omni checkpoint trains its thinker (the
     thinker class loads the thinker's weights out of it)."""
@@ -156,7 +169,9 @@ class Qwen3Omni(Qwen25Omni):
     audio_token = "<|audio_pad|>"
     placeholder_tokens = ("<|audio_pad|>", "<|audio_start|>", "<|audio_end|>", "<|image_pad|>",
                           "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
-    published = {}
+    published = {
+        "Qwen/Qwen3-Omni-30B-A3B-Instruct": _QWEN3_OMNI,
+    }
 
     def output_lengths(self, mel_frames: torch.Tensor) -> torch.Tensor:
         """The encoder's own count (`_get_feat_extract_output_lengths`, 100-frame chunks)."""

@@ -311,3 +311,43 @@ class Qwen35(QwenVL):
     default_patch = 16
     repeatable_cache = False
     lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj")
+
+
+def _qwen3_5_moe_text(h: int, layers: int, heads: int, kv: int, experts: int, top: int, inter: int,
+                      vocab: int) -> dict:
+    """Qwen3.5-MoE's text config: head_dim 256; Gated DeltaNet (16 key / 32 value heads of 128,
+    conv 4) with full attention every fourth layer; interleaved M-RoPE on a quarter of each
+    head; every layer sparse, with one shared expert as wide as a routed one."""
+    return dict(hidden_size=h, num_hidden_layers=layers, num_attention_heads=heads,
+                num_key_value_heads=kv, head_dim=256, vocab_size=vocab, tie_word_embeddings=False,
+                full_attention_interval=4, linear_conv_kernel_dim=4, linear_key_head_dim=128,
+                linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
+                num_experts=experts, num_experts_per_tok=top, moe_intermediate_size=inter,
+                shared_expert_intermediate_size=inter,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000000,
+                                 "partial_rotary_factor": 0.25, "mrope_interleaved": True,
+                                 "mrope_section": [11, 11, 10]})
+
+
+def _qwen3_5_vision(out: int) -> dict:
+    """Qwen3.5's tower: Qwen3-VL's 27-block, 1152-wide one without DeepStack."""
+    vision = _qwen3_vision(out)
+    vision.pop("deepstack_visual_indexes")
+    return vision
+
+
+class Qwen35Moe(Qwen35):
+    """Qwen3.5-MoE: Qwen3.5's vision and hybrid decoder with a sparse MoE block in every layer
+    (routed experts + a gated shared expert)."""
+
+    name = "qwen3.5-moe"
+    model_types = ("qwen3_5_moe",)
+    classes = ("Qwen3_5MoeForConditionalGeneration",)
+    tiny = "qwen3.5-moe"
+    moe = True
+    unit_classes = ("DecoderLayer", "VisionBlock", "MoeExperts")
+    published = {
+        # dims of the release's config.json (as slime's Megatron script for it states them too)
+        "Qwen/Qwen3.5-35B-A3B": _vl("qwen3_5_moe", _qwen3_5_moe_text(2048, 40, 16, 2, 256, 8, 512, 248320),
+                                    _qwen3_5_vision(2048)),
+    }

@@ -1,8 +1,8 @@
 """Layer 4: tiny random-weight models of real architectures with locally trained tokenizers
 (`vision`: Qwen2-VL, Qwen2.5-VL; `audio`: Qwen2-Audio, Qwen2.5-Omni; one module per newer family:
 `qwen3_vl` (Qwen3-VL, Qwen3-VL-MoE), `gemma3`, `qwen3_omni` (the Qwen3-Omni thinker), `internvl`,
-`qwen3_5`; `tokenizer`: what they all share, `common`: what the newer families share), and
-`vision_pretrain`, which teaches a tiny vision tower to read before SFT."""
+`qwen3_5` (Qwen3.5, Qwen3.5-MoE); `tokenizer`: what they all share, `common`: what the newer
+families share), and `vision_pretrain`, which teaches a tiny vision tower to read before SFT."""
 from __future__ import annotations
 
 from importlib import import_module
@@ -11,7 +11,8 @@ from pathlib import Path
 VISION_KINDS: tuple[str, ...] = ("qwen2-vl", "qwen2.5-vl")
 """The kinds `mmrlvr.tiny.vision` builds (Qwen2-VL's processor, pixel bounds 56x56..112x112 and
 default system prompt; tests/test_tiny.py checks exactly those over this tuple)."""
-NEW_VISION_KINDS: tuple[str, ...] = ("qwen3-vl", "qwen3-vl-moe", "gemma3", "internvl", "qwen3.5")
+NEW_VISION_KINDS: tuple[str, ...] = ("qwen3-vl", "qwen3-vl-moe", "gemma3", "internvl", "qwen3.5",
+                                     "qwen3.5-moe")
 """Image-language kinds with their own builder module (`mmrlvr.tiny.<family>`), each with its
 family's processor geometry, placeholder tokens and chat template (tests/test_tiny_families.py)."""
 IMAGE_KINDS: tuple[str, ...] = VISION_KINDS + NEW_VISION_KINDS
@@ -27,7 +28,8 @@ _BUILDERS: dict[str, tuple[str, str, bool]] = {
     "gemma3": ("mmrlvr.tiny.gemma3", "build_tiny_gemma3", False),
     "qwen3-omni": ("mmrlvr.tiny.qwen3_omni", "build_tiny_qwen3_omni", False),
     "internvl": ("mmrlvr.tiny.internvl", "build_tiny_internvl", False),
-    "qwen3.5": ("mmrlvr.tiny.qwen3_5", "build_tiny_qwen3_5", False),
+    "qwen3.5": ("mmrlvr.tiny.qwen3_5", "build_tiny_qwen3_5", True),
+    "qwen3.5-moe": ("mmrlvr.tiny.qwen3_5", "build_tiny_qwen3_5", True),
 }
 """kind -> (module, builder, whether the builder takes the kind first) for the newer families."""
 _VISION_ONLY = ("min_pixels", "max_pixels")

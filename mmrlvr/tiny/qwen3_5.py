@@ -1,5 +1,7 @@
-"""A tiny random-weight Qwen3.5 (`mmrlvr tiny qwen3.5`): `Qwen3_5ForConditionalGeneration`, natively
-multimodal, + `Qwen3VLProcessor` (`Qwen2VLImageProcessor`, `Qwen3VLVideoProcessor`; 16 px patches,
+"""Tiny random-weight Qwen3.5 models: `mmrlvr tiny qwen3.5` (`Qwen3_5ForConditionalGeneration`, natively
+multimodal) and `mmrlvr tiny qwen3.5-moe` (`Qwen3_5MoeForConditionalGeneration`: the same hybrid
+decoder with a sparse MoE block in every layer, routed experts plus one gated shared expert, as
+Qwen3.5-35B-A3B has), each + `Qwen3VLProcessor` (`Qwen2VLImageProcessor`, `Qwen3VLVideoProcessor`; 16 px patches,
 merge 2, so a 112 px image gives 16 `<|image_pad|>` tokens as for Qwen3-VL).
 
 The decoder is a hybrid: Gated DeltaNet linear-attention layers (`linear_attention`, a causal
@@ -136,7 +138,11 @@ QWEN3_5_CHAT_TEMPLATE: str = """{%- set image_count = namespace(value=0) %}
 {%- endif %}"""
 
 
+QWEN3_5_KINDS: tuple[str, ...] = ("qwen3.5", "qwen3.5-moe")
+
+
 def build_tiny_qwen3_5(
+    kind: str,
     out_dir: str | Path,
     *,
     hidden_size: int = 128,
@@ -151,12 +157,21 @@ def build_tiny_qwen3_5(
     extra_corpus: list[str] | None = None,
     min_pixels: int = 64 * 64,
     max_pixels: int = 128 * 128,
+    num_experts: int = 4,
+    num_experts_per_tok: int = 2,
+    moe_intermediate_size: int = 64,
     seed: int = 0,
 ) -> Path:
-    """A tiny random-weight Qwen3.5 model dir in `out_dir`."""
-    from transformers import Qwen3_5Config
-    from transformers import Qwen3_5ForConditionalGeneration as model_cls
+    """A tiny random-weight `qwen3.5` or `qwen3.5-moe` model dir in `out_dir` (the MoE options
+    only size the MoE kind; its shared expert is `moe_intermediate_size` wide, as the release's)."""
+    import transformers
 
+    if kind not in QWEN3_5_KINDS:
+        raise ValueError(f"unknown Qwen3.5 kind {kind!r}; choose from {QWEN3_5_KINDS}")
+    moe = kind == "qwen3.5-moe"
+    prefix = "Qwen3_5Moe" if moe else "Qwen3_5"
+    config_cls = getattr(transformers, f"{prefix}Config")
+    model_cls = getattr(transformers, f"{prefix}ForConditionalGeneration")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(None, extra_corpus, vocab_target, QWEN3_OMNI_SPECIAL_TOKENS,
@@ -173,7 +188,12 @@ def build_tiny_qwen3_5(
         intermediate_size=intermediate_size, rope_theta=10000000.0, mrope_section=[2, 1, 1],
         layer_types=layer_types, linear_conv_kernel_dim=4, linear_key_head_dim=head_dim,
         linear_value_head_dim=head_dim, linear_num_key_heads=max(1, num_heads // 2),
-        linear_num_value_heads=num_heads)
+        linear_num_value_heads=num_heads,
+        **(dict(num_experts=num_experts, num_experts_per_tok=num_experts_per_tok,
+                moe_intermediate_size=moe_intermediate_size,
+                shared_expert_intermediate_size=moe_intermediate_size) if moe else {}))
+    if moe:
+        text.pop("intermediate_size")      # every layer is sparse; the MoE config has no dense width
     text["rope_parameters"]["partial_rotary_factor"] = 0.25
     if 2 * sum(text["rope_parameters"]["mrope_section"]) != head_dim // 4:
         raise ValueError(f"head_dim {head_dim}: the [2, 1, 1] M-RoPE split needs 32-wide heads")
@@ -181,16 +201,18 @@ def build_tiny_qwen3_5(
                                     out_hidden_size=hidden_size)
     vision.pop("deepstack_visual_indexes")  # Qwen3.5's tower has no DeepStack
     ids = tok.convert_tokens_to_ids
-    config = Qwen3_5Config(
+    config = config_cls(
         text_config=text, vision_config=vision, image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
         vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=True)
     model = instantiate_and_save(model_cls, config, tok, processor, out, seed)
     n112 = processor._get_num_multimodal_tokens(image_sizes=[(112, 112)])["num_image_tokens"][0]
+    moe_text = (f", MoE {num_experts} experts top-{num_experts_per_tok} of width "
+                f"{moe_intermediate_size} + a shared expert" if moe else "")
     write_card(
-        out, "qwen3.5", model, processor, tok, seed, builder="mmrlvr.tiny.qwen3_5.build_tiny_qwen3_5",
+        out, kind, model, processor, tok, seed, builder="mmrlvr.tiny.qwen3_5.build_tiny_qwen3_5",
         body=(f"Text hidden {hidden_size}, {num_layers} layers ({layer_types}), {num_heads} heads / "
-              f"{num_kv_heads} KV heads, interleaved M-RoPE [2, 1, 1] on a quarter of each head; vision "
+              f"{num_kv_heads} KV heads{moe_text}, interleaved M-RoPE [2, 1, 1] on a quarter of each head; vision "
               f"depth {vision_depth}, width {vision_width}, patch 16, merge 2. Images are resized to "
               f"{min_pixels}..{max_pixels} pixels; a 112x112 image gives {n112} `<|image_pad|>` tokens. "
               f"The generation prompt opens a `<think>` block, as Qwen3.5's does."),
@@ -199,5 +221,7 @@ def build_tiny_qwen3_5(
         info=dict(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
                   num_kv_heads=num_kv_heads, intermediate_size=intermediate_size,
                   vision_depth=vision_depth, vision_width=vision_width, layer_types=layer_types,
-                  min_pixels=min_pixels, max_pixels=max_pixels, vocab_target=vocab_target))
+                  min_pixels=min_pixels, max_pixels=max_pixels, vocab_target=vocab_target,
+                  **(dict(num_experts=num_experts, num_experts_per_tok=num_experts_per_tok,
+                          moe_intermediate_size=moe_intermediate_size) if moe else {})))
     return out

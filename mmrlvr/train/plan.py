@@ -21,7 +21,8 @@ GPUs, c bytes per compute element (`model.dtype`; `auto` is bf16 on CUDA), p per
                      rollout N·c, the whole model gathered around `generate`; update: the root
                      (embeddings, lm_head, kept gathered) and the two largest units, parameters
                      and their unsharded gradients. ddp: T·c when p != c (autocast's cached casts)
-  KV cache (hf)      S·L·layers·2·kv_heads·head_dim·c; S = batch_prompts·group_size/W, L = P+C
+  KV cache (hf)      S·L·kv_layers·2·kv_heads·head_dim·c; S = batch_prompts·group_size/W, L = P+C;
+                     kv_layers: layers with a KV cache (Qwen3.5: its full-attention quarter)
   prefill (hf)       S·P·(2h + 3i)·c, one decoder layer's working set, + the sampling logits
   vLLM               rollout.vllm_gpu_memory_utilization × GPU memory, held all run
   activations        per token and layer full = c·(7h + 4·kv + 4i) + 8h (RMSNorm's fp32 upcasts;
@@ -56,8 +57,10 @@ STRATEGIES = ("ddp", "fsdp2")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 TEXT_TOKENS = 256
 """Prompt text budget: system prompt, question, format instructions."""
-AUDIO_TOKENS = 750
-"""Audio tokens of a 30 s clip (Qwen2-Audio, Qwen2.5-Omni: 25 a second after pooling)."""
+CLIP_MEL_FRAMES = 3000
+"""Mel frames of the 30 s clip a planned audio prompt holds (100 a second); its audio tokens are
+the family's own count (`Family.output_lengths`: 750 for Qwen2-Audio and Qwen2.5-Omni, 25 a
+second after pooling; 390 for the Qwen3-Omni thinker, 13 a second)."""
 RUNTIME = 2 * GiB
 
 
@@ -115,6 +118,8 @@ class Dims:
     encoders: dict[str, tuple[int, int, int]]   # tower -> (width, intermediate, depth)
     image_tokens: int = 0       # tokens of one image at model.max_pixels (the family's geometry)
     active: int = 0             # parameters a token runs through (MoE: top-k of the experts)
+    kv_layers: int = 0          # layers with a KV cache (Qwen3.5: the full-attention ones only)
+    audio_tokens: int = 0       # tokens of one 30 s clip (the family's encoder count)
 
 
 def inspect_model(model, cfg: Config) -> Dims:
@@ -162,11 +167,33 @@ def inspect_model(model, cfg: Config) -> Dims:
     head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // heads
     return Dims(towers={k: v for k, v in towers.items() if v}, total=total, trainable=trainable,
                 root=root, block=tuple(max(owned.values(), default=(0, 0))),
-                hidden=tc.hidden_size, inter=tc.intermediate_size, layers=tc.num_hidden_layers,
+                hidden=tc.hidden_size, inter=_mlp_width(tc), layers=tc.num_hidden_layers,
                 heads=heads, kv_dim=getattr(tc, "num_key_value_heads", heads) * head_dim,
                 vocab=tc.vocab_size, encoders=encoders,
                 image_tokens=family.tokens_per_image(model.config, mc.max_pixels),
-                active=total - round(experts * (1 - _top_k_share(tc))))
+                active=total - round(experts * (1 - _top_k_share(tc))),
+                kv_layers=_kv_layers(tc),
+                audio_tokens=(int(family.output_lengths(torch.tensor([CLIP_MEL_FRAMES]))[0])
+                              if family.modality == "audio" else 0))
+
+
+def _kv_layers(text_config) -> int:
+    """Layers that keep a KV cache: all, or where `layer_types` names linear-attention layers
+    (Qwen3.5's Gated DeltaNet, a fixed-size recurrent state), the full-attention ones."""
+    types = getattr(text_config, "layer_types", None)
+    if not types:
+        return int(text_config.num_hidden_layers)
+    return sum(1 for t in types if t != "linear_attention")
+
+
+def _mlp_width(text_config) -> int:
+    """The MLP width a token's activations take: `intermediate_size`, or, where a MoE config has
+    none (Qwen3.5-MoE: every layer sparse), its top-k routed experts plus the shared one."""
+    width = getattr(text_config, "intermediate_size", None)
+    if width:
+        return int(width)
+    return (int(text_config.num_experts_per_tok) * int(text_config.moe_intermediate_size)
+            + int(getattr(text_config, "shared_expert_intermediate_size", 0) or 0))
 
 
 def _top_k_share(text_config) -> float:
@@ -186,7 +213,7 @@ class Row:
 
 
 def prompt_tokens(cfg: Config, d: Dims) -> int:
-    return (AUDIO_TOKENS if cfg.model.modality == "audio" else d.image_tokens) + TEXT_TOKENS
+    return (d.audio_tokens if cfg.model.modality == "audio" else d.image_tokens) + TEXT_TOKENS
 
 
 def uses_reference(cfg: Config) -> bool:
@@ -233,7 +260,7 @@ def build_rows(d: Dims, cfg: Config, gpus: int, gpu_mem: float) -> list[Row]:
         S = math.ceil(tr.batch_prompts * ro.group_size / W)
         add(f"{cname} weights for generate (ddp: cast; fsdp2: all gathered)", "rollout",
             cast, N * c)
-        add(f"KV cache ({S} seq x {L} tok)", "rollout", S * L * d.layers * 2 * d.kv_dim * c)
+        add(f"KV cache ({S} seq x {L} tok)", "rollout", S * L * (d.kv_layers or d.layers) * 2 * d.kv_dim * c)
         add(f"prefill working set ({S} seq x {P} tok)", "rollout",
             S * P * (2 * d.hidden + 3 * d.inter) * c + S * d.vocab * 4 * 2)
     # ddp on 2+ GPUs: the gradients are views into the buckets (gradient_as_bucket_view)
@@ -249,7 +276,7 @@ def build_rows(d: Dims, cfg: Config, gpus: int, gpu_mem: float) -> list[Row]:
         if m.lora.r > 0 or (m.freeze_vision if tower == "vision tower" else m.freeze_audio):
             continue            # no gradient flows into the tower: it keeps nothing for backward
         units = tr.micro_batch * (4 * d.image_tokens if tower == "vision tower"
-                                  else 2 * AUDIO_TOKENS)        # patches before the 2x2 merge
+                                  else 2 * d.audio_tokens)      # patches before the 2x2 merge
         enc = _layer_bytes(width, width, inter, c)
         on, off = on + units * (depth * c * width + 2 * enc), off + units * (depth + 1) * enc
     ckpt = m.gradient_checkpointing
@@ -419,7 +446,7 @@ def make_plan(cfg: Config, gpus: int | None = None, gpu_mem_gib: float | None = 
             raise err from None
         source = f"model.path {cfg.model.path} is not built yet: {source} (sft.init, its start)"
     dims = inspect_model(meta_model(hf_config), cfg)
-    media = (f"{AUDIO_TOKENS} audio (a 30 s clip)" if cfg.model.modality == "audio"
+    media = (f"{dims.audio_tokens} audio (a 30 s clip)" if cfg.model.modality == "audio"
              else f"{dims.image_tokens} image (one at model.max_pixels)")
     compute = "bfloat16 (model.dtype auto: bf16 on CUDA)" if cfg.model.dtype == "auto" \
         else cfg.model.dtype

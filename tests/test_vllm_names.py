@@ -15,33 +15,41 @@ from torch.testing import assert_close
 from mmrlvr.rollout.vllm_sync import checkpoint_name, merge_lora, plain_name, unit_key
 from tests.vllm_helpers import load, synced, with_lora
 
-KINDS = {"qwen2-vl": "qwen2_vl", "qwen2.5-vl": "qwen2_5_vl", "qwen2-audio": "qwen2_audio"}
+KINDS = {"qwen2-vl": "qwen2_vl", "qwen2.5-vl": "qwen2_5_vl", "qwen2-audio": "qwen2_audio",
+         "qwen3-vl": "qwen3_vl", "qwen3-vl-moe": "qwen3_vl_moe", "qwen3.5": "qwen3_5",
+         "gemma3": "gemma3", "internvl": "internvl"}
 
-# vLLM 0.33.0's Qwen2VLForConditionalGeneration / Qwen2_5_VLForConditionalGeneration
-# hf_to_vllm_mapper prefixes (applied in turn); Qwen2AudioForConditionalGeneration has no mapper.
+# vLLM's hf_to_vllm_mapper prefixes (applied in turn, first match wins): 0.33.0's
+# Qwen2VLForConditionalGeneration / Qwen2_5_VLForConditionalGeneration, and the Qwen3-VL / Qwen3.5
+# ones (model.visual., model.language_model., lm_head.); Qwen2AudioForConditionalGeneration has no
+# mapper, and the Gemma 3 / InternVL ones map transformers-5 names onto the checkpoint tree that
+# their checkpoints already use, so checkpoint names pass through them unchanged.
 VLLM_VL_PREFIXES = {"model.language_model.": "language_model.model.", "model.visual.": "visual.",
                     "lm_head.": "language_model.lm_head.", "model.": "language_model.model."}
-VLLM_MODULE_ROOTS = {"qwen2_vl": ("language_model.model.", "language_model.lm_head.", "visual."),
-                     "qwen2_audio": ("language_model.model.", "language_model.lm_head.",
-                                     "audio_tower.", "multi_modal_projector.")}
-VLLM_MODULE_ROOTS["qwen2_5_vl"] = VLLM_MODULE_ROOTS["qwen2_vl"]
+VLLM_QWEN3_PREFIXES = {"model.visual.": "visual.", "lm_head.": "language_model.lm_head.",
+                       "model.language_model.": "language_model.model."}
+_TEXT_ROOTS = ("language_model.model.", "language_model.lm_head.")
+VLLM_MODULE_ROOTS = {"qwen2_vl": _TEXT_ROOTS + ("visual.",),
+                     "qwen2_audio": _TEXT_ROOTS + ("audio_tower.", "multi_modal_projector."),
+                     "gemma3": _TEXT_ROOTS + ("vision_tower.", "multi_modal_projector.")}
+for _vl in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"):
+    VLLM_MODULE_ROOTS[_vl] = VLLM_MODULE_ROOTS["qwen2_vl"]
+VLLM_MODULE_ROOTS["internvl"] = VLLM_MODULE_ROOTS["gemma3"]
 
 
 def vllm_internal_name(name: str, model_type: str) -> str:
-    if model_type == "qwen2_audio":
-        return name
-    for prefix, new in VLLM_VL_PREFIXES.items():
+    prefixes = {"qwen2_vl": VLLM_VL_PREFIXES, "qwen2_5_vl": VLLM_VL_PREFIXES}.get(
+        model_type, VLLM_QWEN3_PREFIXES if model_type.startswith("qwen3") else {})
+    for prefix, new in prefixes.items():
         if name.startswith(prefix):
-            name = name.replace(prefix, new, 1)
+            return new + name[len(prefix):]
     return name
 
 
 @pytest.fixture(scope="module")
-def tiny_dirs(tmp_path_factory):
-    from mmrlvr.tiny import build_tiny
-
-    root = tmp_path_factory.mktemp("vllm-sync")
-    return {kind: Path(build_tiny(kind, root / kind)) for kind in KINDS}
+def tiny_dirs(tiny_dirs):
+    """The session's tiny model dirs (shared with test_families) of every kind here."""
+    return {kind: Path(tiny_dirs(kind)) for kind in KINDS}
 
 
 def checkpoint_keys(path: Path) -> set[str]:
@@ -114,6 +122,9 @@ def test_unknown_names_and_families_fail_loudly():
         checkpoint_name("model.visual.blocks.0.norm1.weight", "qwen2_audio")
     with pytest.raises(ValueError, match="no weight-name mapping for model type 'llava'"):
         checkpoint_name("model.layers.0.weight", "llava")
+    # fused experts in the model, one weight per expert in its checkpoints: refused, not renamed
+    with pytest.raises(ValueError, match="no weight-name mapping for model type 'qwen3_5_moe'"):
+        checkpoint_name("model.language_model.layers.0.mlp.experts.gate_up_proj", "qwen3_5_moe")
 
 
 def test_wrappers_and_peft_names_are_stripped():

@@ -188,6 +188,12 @@ _QWEN2_VL_NAMES = VllmNames(
     roots=("model.", "visual.", "lm_head."), media="image")
 
 
+_QWEN3_VL_NAMES = VllmNames(renames=(), roots=("model.language_model.", "model.visual.", "lm_head."),
+                            media="image")
+"""Qwen3-VL and Qwen3.5 checkpoints use transformers 5's own names (vLLM's mapper: model.visual. ->
+visual., model.language_model. -> language_model.model., lm_head. -> language_model.lm_head.)."""
+
+
 def _vl(model_type: str, text: dict, vision: dict) -> dict:
     return dict(model_type=model_type, text_config=text, vision_config=vision,
                 tie_word_embeddings=text["tie_word_embeddings"])
@@ -260,6 +266,7 @@ class Qwen3VL(QwenVL):
     processors = ("Qwen3VLProcessor",)
     tiny = "qwen3-vl"
     default_patch = 16
+    vllm = _QWEN3_VL_NAMES
     published = {
         "Qwen/Qwen3-VL-2B-Instruct": _vl("qwen3_vl", _qwen3_text(2048, 6144, 28, 16, 8, 151936, True),
                                          _qwen3_vision(2048, 24, 1024, 4096, (5, 11, 17))),
@@ -309,6 +316,7 @@ class Qwen35(QwenVL):
     processors = ()
     tiny = "qwen3.5"
     default_patch = 16
+    vllm = _QWEN3_VL_NAMES
     repeatable_cache = False
     lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj")
 
@@ -345,6 +353,7 @@ class Qwen35Moe(Qwen35):
     classes = ("Qwen3_5MoeForConditionalGeneration",)
     tiny = "qwen3.5-moe"
     moe = True
+    vllm = None         # its checkpoints hold one weight per expert, the model fused ones
     unit_classes = ("DecoderLayer", "VisionBlock", "MoeExperts")
     published = {
         # dims of the release's config.json (as slime's Megatron script for it states them too)

@@ -12,11 +12,21 @@ from typing import Any
 
 import torch
 
-from mmrlvr.models.base import Family, FamilyError
+from mmrlvr.models.base import Family, FamilyError, VllmNames
+
+TILED_NAMES = VllmNames(
+    renames=(("model.language_model.", "language_model.model."),
+             ("model.vision_tower.", "vision_tower."),
+             ("model.multi_modal_projector.", "multi_modal_projector."),
+             ("lm_head.", "language_model.lm_head.")),
+    roots=("language_model.", "vision_tower.", "multi_modal_projector."), media="image")
+"""Gemma 3 and InternVL (-hf) checkpoints keep the transformers-4 tree (`language_model.model.`,
+`vision_tower.`, `multi_modal_projector.`), which vLLM's mappers take as they are."""
 
 
 class TiledVision(Family):
     modality = "vision"
+    vllm = TILED_NAMES
     media_keys = ("pixel_values",)
     media_inputs = ("pixel_values",)
     image_key = "pixel_values"

@@ -43,8 +43,10 @@ model runner, `enforce_eager=True`), runs its set-up once the LLM is built, and 
 generate call after it.
 
 What is tested, and where: on CPU without vLLM (tests/test_vllm_sync.py, tests/test_vllm_noise.py)
-— the name mapping of every parameter of tiny Qwen2-VL, Qwen2.5-VL and Qwen2-Audio against the
-checkpoints transformers writes, the LoRA merge against peft's `merge_and_unload`, the
+— the name mapping of every parameter of tiny Qwen2-VL, Qwen2.5-VL, Qwen2-Audio, Qwen3-VL (+MoE),
+Qwen3.5, Gemma 3 and InternVL against the checkpoints transformers writes (tests/test_vllm_names.py;
+Qwen3.5-MoE and Qwen3-Omni are refused: per-expert checkpoint weights), the LoRA merge against
+peft's `merge_and_unload`, the
 unit-by-unit gathering (counted fake shards, and real FSDP2 DTensors on 2 gloo processes), seeds,
 LLM arguments, request building, row order, and this class end to end against a stand-in `LLM`
 (sync once per change, sleep/wake order, greedy eval and clean pass@k through `evaluate`). Never

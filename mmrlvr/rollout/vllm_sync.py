@@ -13,6 +13,16 @@ architecture (vLLM 0.33's mappers, read for this, in brackets):
                          model.audio_tower.X    -> audio_tower.X            tree names, which
                          model.multi_modal_projector.X -> multi_modal_projector.X   the checkpoint
                          lm_head.X              -> language_model.lm_head.X         uses as well]
+  Qwen3-VL (+MoE),        names unchanged: their checkpoints use transformers 5's  [model.visual. ->
+  Qwen3.5                model.language_model. / model.visual. / lm_head.        visual., model.
+                                                 language_model. -> language_model.model., lm_head.
+                                                 -> language_model.lm_head.]
+  Gemma 3, InternVL      as Qwen2-Audio, with vision_tower. for audio_tower.   [their mappers take
+                                                 the transformers-4 tree as it is]
+
+Qwen3.5-MoE and the Qwen3-Omni thinker have none: their checkpoints hold one weight per expert
+where the transformers-5 model holds the experts fused, which no renaming undoes; the vLLM
+backend refuses them by name.
 
 Names already in checkpoint form (older transformers) pass unchanged. peft's `base_model.model.`
 prefix and `.base_layer` infix, `modules_to_save`, activation-checkpoint and torch.compile

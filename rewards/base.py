@@ -9,6 +9,7 @@ calls for all of them run at once; `Combined.score` is the same for one group.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,13 @@ from mmrlvr.core.types import Reward
 from mmrlvr.data import Example
 from rewards.conventions import Group, UserReward, lift
 from rewards.isolation import FAILURE_KINDS, Isolated, RewardError, ScoresGroups
+from rewards.process import Worker
 
-__all__ = ["FAILURE_KINDS", "Combined", "Isolated", "Reward", "RewardError", "build_combined",
-           "lift"]
+__all__ = ["FAILURE_KINDS", "WRAPPER_KEYS", "Combined", "Isolated", "Reward", "RewardError",
+           "build_combined", "lift"]
+
+WRAPPER_KEYS = ("timeout_s", "failure_value", "isolation", "memory_mb")
+"""A reward spec's keys that `Isolated` takes; the reward never sees them."""
 
 
 class Combined(ScoresGroups):
@@ -71,10 +76,11 @@ def build_combined(specs: list[dict[str, Any]], error_log: str | Path | None = N
     """From config: `[{name, weight, label?, style?, timeout_s?, failure_value?, ...options}]`.
 
     User rewards (`file.py:function`) are always `Isolated`; a built-in one only when its spec
-    sets `timeout_s` or `failure_value`. Those two keys are the wrapper's, `style` names the
-    calling convention (`rewards.conventions`; found from the signature when left out); the
-    other options go to the reward. `error_log`: the JSONL file for the first failures of each
-    isolated reward.
+    sets one of the wrapper's keys: `timeout_s`, `failure_value`, `isolation` (`thread`, the
+    default, or `process`: a worker process of its own, `rewards.process`) and `memory_mb` (the
+    worker's cap). `style` names the calling convention (`rewards.conventions`; found from the
+    signature when left out); the other options go to the reward. `error_log`: the JSONL file
+    for the first failures of each isolated reward.
     """
     import rewards
 
@@ -85,10 +91,32 @@ def build_combined(specs: list[dict[str, Any]], error_log: str | Path | None = N
         name = spec.pop("name")
         weight = float(spec.pop("weight", 1.0))
         label = spec.pop("label", None) or name.rpartition(":")[2]
-        isolation = {key: spec.pop(key) for key in ("timeout_s", "failure_value") if key in spec}
-        reward = rewards.get(name, style=spec.pop("style", None), **spec)
+        isolation = {key: spec.pop(key) for key in WRAPPER_KEYS if key in spec}
+        style = spec.pop("style", None)
+        reward = rewards.get(name, style=style, **spec)
         if name not in builtin or isolation:
             calls = reward if isinstance(reward, UserReward) else Group(reward, label)
+            where = isolation.pop("isolation", "thread")
+            memory_mb = isolation.pop("memory_mb", None)
+            if where not in ("thread", "process"):
+                raise ValueError(f"reward {label}: isolation must be 'thread' or 'process', "
+                                 f"got {where!r}")
+            if where == "process":             # the worker builds the reward as it is built here
+                isolation["worker"] = Worker(label, functools.partial(
+                    rebuild, name, style, spec, label), memory_mb)
+            elif memory_mb is not None:
+                raise ValueError(f"reward {label}: memory_mb caps a worker process; it needs "
+                                 "isolation: process")
             reward = Isolated(calls, label, error_log=error_log, **isolation)
         parts.append((label, weight, reward))
     return Combined(parts)
+
+
+def rebuild(name: str, style: str | None, options: dict[str, Any],
+            label: str) -> tuple[Any, bool]:
+    """In a reward's worker process: the function `Isolated` calls, and whether it is async."""
+    import rewards
+
+    reward = rewards.get(name, style=style, **options)
+    calls = reward if isinstance(reward, UserReward) else Group(reward, label)
+    return calls.fn, calls.is_async

@@ -9,7 +9,14 @@ but finite numbers scores `failure_value` for the completions it concerns, and e
 completion's dict says so in `failed` and `failed_<kind>` (kinds: timeout, error, type,
 nonfinite), which the trainer averages into per-step failure rates. The first failures go to a
 JSONL log; `Combined.all_failed` tells the trainer when a reward failed on every completion of a
-step. Built-in rewards run inline unless their spec asks for `timeout_s` or `failure_value`.
+step. Built-in rewards run inline unless their spec asks for `timeout_s`, `failure_value` or
+`isolation`. An exception of any kind from the reward counts as an `error`: SystemExit,
+KeyboardInterrupt and MemoryError raised inside it too (a real Ctrl-C reaches the trainer's main
+thread, never a reward's worker, so it is not caught here).
+
+`isolation: process` (off by default) runs the reward in a worker process of its own
+(`rewards.process`): `os._exit`, a segfault, a call past `timeout_s` (killed, not left running)
+or a reward over its `memory_mb` cap cost that call, counted, and a restart.
 
 User rewards run on a worker thread, so anything that only works on the main thread fails there:
 math_verify's default signal-based parse timeout raises (pass `parsing_timeout=None`, or use
@@ -98,11 +105,12 @@ class Isolated(ScoresGroups):
     `user` is a `rewards.conventions.UserReward`: what to call (`fn`, `is_async`), with which
     arguments (`calls(...)` -> list of Call), how to read one call's value (`items(value, size)`,
     raising Failure), the components every result has, and the user's own object (`obj`).
+    `worker` (a `rewards.process.Worker`, `isolation: process`) runs the calls in a process.
     """
 
     def __init__(self, user: Any, name: str, *, timeout_s: float = 30.0,
                  failure_value: float = 0.0, error_log: str | Path | None = None,
-                 max_logged: int = 20, max_hung: int = 8):
+                 max_logged: int = 20, max_hung: int = 8, worker: Any = None):
         if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
                 or not 0 < timeout_s < math.inf):
             raise ValueError(f"reward {name}: timeout_s must be a positive number of seconds, "
@@ -118,8 +126,9 @@ class Isolated(ScoresGroups):
         self.logged = 0
         self.first_failure: dict[str, Any] | None = None   # the first since the last success
         self._components = dict.fromkeys(user.components)   # component keys seen, in order
+        self._worker = worker          # a rewards.process.Worker: calls run there instead
         self._pool = Pool(name)
-        self._loop = EventLoop(name) if user.is_async else None
+        self._loop = EventLoop(name) if user.is_async and self._worker is None else None
 
     @property
     def reward(self) -> Any:
@@ -128,8 +137,14 @@ class Isolated(ScoresGroups):
 
     @property
     def hung(self) -> int:
-        """Calls that ran past the timeout and have not returned yet."""
+        """Calls that ran past the timeout and have not returned yet (none in a process: a
+        stuck one is killed)."""
         return self._pool.outstanding + (self._loop.outstanding if self._loop else 0)
+
+    @property
+    def worker(self) -> Any:
+        """The `rewards.process.Worker` under `isolation: process`, else None."""
+        return self._worker
 
     def score_groups(self, examples: list[Example], groups: list[list[str]], progress: float = 0.0,
                      completion_ids: list[list[list[int]]] | None = None
@@ -137,9 +152,10 @@ class Isolated(ScoresGroups):
         """`score` of several groups; an async reward's calls for all of them run at once."""
         ids = completion_ids or [None] * len(groups)
         # every call gets its own copy of the example and its columns: a reward that edits them
-        # (clears `images`, sets `answer`) changes nothing the run or the next call reads
-        plans = [[copy.deepcopy(call)
-                  for call in self.user.calls(ex, list(texts), progress, group_ids)]
+        # (clears `images`, sets `answer`) changes nothing the run or the next call reads (a
+        # worker process gets a copy by pickle)
+        own = copy.deepcopy if self._worker is None else (lambda call: call)
+        plans = [[own(call) for call in self.user.calls(ex, list(texts), progress, group_ids)]
                  for ex, texts, group_ids in zip(examples, groups, ids)]
         statuses = iter(self._run([call for plan in plans for call in plan]))
         out = []
@@ -174,7 +190,10 @@ class Isolated(ScoresGroups):
                 f"{first.get('detail', '(not recorded)')}{hint}")
 
     def _run(self, calls: list[Call]) -> list[tuple[str, Any]]:
-        """Each call's (status, value): one by one on the pool, or all at once on the loop."""
+        """Each call's (status, value): one by one on the pool, or all at once on the loop (or
+        the same in the worker process)."""
+        if self._worker is not None:
+            return self._worker.run(calls, self.timeout_s, self.user.is_async)
         if self._loop is None:
             return [self._call(args, kwargs) for args, kwargs, _ in calls]
         # each call has timeout_s inside the loop; this outer limit only fires when the loop

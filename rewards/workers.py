@@ -123,7 +123,7 @@ class EventLoop:
 
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            if self._loop is None:
+            if self._loop is None or not self._thread.is_alive():   # a reward stopped it
                 self._loop = asyncio.new_event_loop()
                 self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                                 name=f"reward {self.name} (async)")
@@ -144,8 +144,8 @@ class EventLoop:
                 self.outstanding += 1
             future.add_done_callback(self._returned)   # runs at once if it has just finished
             return "timeout", _stack(self._thread.ident)
-        except BaseException as exc:   # noqa: BLE001 -- reported like the pool reports it
-            return "error", user_traceback(exc)
+        except Exception as exc:   # noqa: BLE001 -- reported like the pool reports it; a
+            return "error", user_traceback(exc)   # KeyboardInterrupt here is the user's Ctrl-C
 
     def _returned(self, _future: Any) -> None:
         with self._lock:
@@ -169,9 +169,16 @@ async def settle(fn: Callable[..., Any], calls: list[Call],
                  timeout: float | None) -> list[tuple[str, Any]]:
     """Every call of an async `fn` at once, each under `timeout`: (status, value) per call.
     A call past its timeout is cancelled, so it holds nothing up (unlike a thread)."""
-    async def one(args: tuple, kwargs: dict[str, Any]) -> Any:
-        value = fn(*args, **kwargs)
-        return await value if asyncio.iscoroutine(value) or asyncio.isfuture(value) else value
+    async def one(args: tuple, kwargs: dict[str, Any]) -> tuple[str, Any]:
+        try:
+            value = fn(*args, **kwargs)
+            if asyncio.iscoroutine(value) or asyncio.isfuture(value):
+                value = await value
+            return "ok", value
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:   # noqa: BLE001 -- asyncio re-raises SystemExit and
+            return "error", user_traceback(exc)   # KeyboardInterrupt out of the loop: it died
 
     tasks = [asyncio.ensure_future(one(args, kwargs)) for args, kwargs, _ in calls]
     if not tasks:
@@ -184,8 +191,6 @@ async def settle(fn: Callable[..., Any], calls: list[Call],
             task.cancel()
         elif task.cancelled():
             out.append(("error", "the call was cancelled (asyncio.CancelledError)"))
-        elif task.exception() is not None:
-            out.append(("error", user_traceback(task.exception())))
         else:
-            out.append(("ok", task.result()))
+            out.append(task.result())
     return out

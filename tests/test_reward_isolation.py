@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import textwrap
 import threading
 import time
@@ -286,6 +288,9 @@ def test_a_built_in_reward_is_isolated_only_when_its_spec_asks(tmp_path):
     ({"timeout_s": 0}, "timeout_s must be a positive number"),
     ({"timeout_s": "5"}, "timeout_s must be a positive number"),
     ({"failure_value": math.nan}, "failure_value must be a finite number"),
+    ({"isolation": "fork"}, "isolation must be 'thread' or 'process'"),
+    ({"memory_mb": 64}, "memory_mb caps a worker process; it needs isolation: process"),
+    ({"isolation": "process", "memory_mb": 0}, "memory_mb must be a positive number of MB"),
 ])
 def test_bad_isolation_options_fail_when_the_rewards_are_built(tmp_path, spec, message):
     with pytest.raises(ValueError, match=message):
@@ -324,3 +329,143 @@ def test_a_reward_that_edits_its_inputs_changes_nothing_the_run_reads(tmp_path):
     for _ in range(2):                                  # the second step sees the originals too
         assert [r["overall"] for r in trl.score(ex, ["a", "b"])] == [1.0, 1.0]
     assert ex.answer == "5" and ex.images == ["a.png"]
+
+
+EXITS = """
+    import sys
+
+    {kw}def exits(example, text):
+        if text == "exit":
+            sys.exit(3)
+        if text == "ctrl-c":
+            raise KeyboardInterrupt
+        if text == "memory":
+            raise MemoryError
+        return 1.0
+"""
+
+
+@pytest.mark.parametrize("kw", ["", "async "])
+def test_system_exit_ctrl_c_and_memory_error_inside_a_reward_are_counted_errors(tmp_path, kw):
+    """Raised inside the reward they are its failures; the run, and an async reward's event
+    loop (asyncio re-raises SystemExit out of the loop, which then never answered again), go on."""
+    combined = user_reward(tmp_path, EXITS.format(kw=kw), "exits", timeout_s=5)
+    for _ in range(2):
+        rows = combined.score(EX, ["exit", "ctrl-c", "memory", "ok"])
+        assert [parts(row, "exits") for row in rows] == [
+            {"overall": 0.0, **failed("error")}] * 3 + [{"overall": 1.0, **OK}]
+    assert [line["detail"].strip().splitlines()[-1] for line in log_lines(tmp_path)[:3]] == [
+        "SystemExit: 3", "KeyboardInterrupt", "MemoryError"]
+
+
+SLOW = """
+    import asyncio, time
+
+    def slow(example, text):
+        time.sleep(0.6)
+        return 1.0
+
+    async def aslow(example, text):
+        await asyncio.sleep(0.6)
+        return 1.0
+"""
+
+
+@pytest.mark.parametrize("fn", ["slow", "aslow"])
+def test_a_real_ctrl_c_while_a_reward_runs_reaches_the_trainer(tmp_path, fn):
+    """The trainer's Ctrl-C is not the reward's: under the preemption handler the step's scores
+    come back whole and the handler has the signal; with Python's default handler the
+    KeyboardInterrupt leaves `score` at once instead of becoming a counted reward error."""
+    from mmrlvr.train.preempt import Preemption
+
+    combined = user_reward(tmp_path, SLOW, fn, timeout_s=5)
+    ctrl_c = lambda: threading.Timer(0.15, os.kill, (os.getpid(), signal.SIGINT)).start()
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with Preemption() as preemption:
+            ctrl_c()
+            rows = combined.score(EX, ["a", "b"])
+        assert preemption.signal == "SIGINT"
+        assert [parts(row, fn) for row in rows] == [{"overall": 1.0, **OK}] * 2
+        ctrl_c()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            combined.score(EX, ["a", "b"])
+        assert time.monotonic() - start < 1.0      # not after the 1.2 s the calls would take
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert not log_lines(tmp_path)                 # no reward failure was counted
+
+
+RISKY = """
+    import ctypes, os, time
+
+    def risky(example, text):
+        if text == "exit":
+            os._exit(3)
+        if text == "segfault":
+            ctypes.string_at(0)
+        if text == "hang":
+            time.sleep(3600)
+        if text == "slow":
+            time.sleep(0.6)
+        if text == "leak":
+            return len(bytearray(400 << 20))
+        if text == "edit":
+            example.answer = "changed"
+            return 0.0
+        return float(example.answer == "5")
+"""
+
+
+def test_a_reward_in_its_own_process_survives_exit_segfault_hang_and_leak(tmp_path):
+    """`isolation: process`: what would kill the trainer (os._exit, a segfault) or leave a thread
+    running forever (a hang) or grow it (a 400 MB allocation against memory_mb 64) costs that
+    call, counted with the cause, and a new worker; the call after it scores normally."""
+    from mmrlvr.train.preempt import Preemption
+
+    combined = user_reward(tmp_path, RISKY, "risky", timeout_s=1, isolation="process",
+                           memory_mb=64)
+    reward = combined.parts[0][2]
+    ex = Example(id="q7", prompt="What is 2 + 3?", answer="5", images=["a.png"])
+    assert [r["overall"] for r in combined.score(ex, ["edit", "ok"])] == [0.0, 1.0]
+    assert ex.answer == "5" and ex.images == ["a.png"]
+    for text, kind in [("exit", "error"), ("segfault", "error"), ("hang", "timeout"),
+                       ("leak", "error")]:
+        rows = combined.score(ex, [text, "ok"])
+        assert [parts(row, "risky") for row in rows] == [
+            {"overall": 0.0, **failed(kind)}, {"overall": 1.0, **OK}], text
+    details = [line["detail"] for line in log_lines(tmp_path)]
+    assert "process died during the call (exit code 3)" in details[0]
+    assert "killed by SIGSEGV" in details[1]
+    assert 'my_reward.py", line 10 in risky' in details[2] and "was killed" in details[2]
+    assert "MemoryError" in details[3] and "memory_mb=64" in details[3]
+    assert reward.worker.starts == 5 and reward.hung == 0      # four restarts, nothing left hung
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:                                # a Ctrl-C mid-call reaches the trainer, not the worker
+        with Preemption() as preemption:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+            rows = combined.score(ex, ["slow", "ok"])
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert preemption.signal == "SIGINT"
+    assert [parts(row, "risky") for row in rows] == [{"overall": 1.0, **OK}] * 2
+    assert reward.worker.starts == 5                            # the worker ignored it
+    zygote = reward.worker._zygote
+    reward.worker.close()
+    assert zygote.poll() is not None                            # nothing left running
+
+
+def test_isolation_options_are_checked_before_anything_loads():
+    from mmrlvr.config import Config, find_problems
+
+    cfg = Config()
+    cfg.rewards = [{"name": "accuracy", "isolation": "fork"},
+                   {"name": "accuracy", "memory_mb": 100},
+                   {"name": "accuracy", "isolation": "process", "memory_mb": -1},
+                   {"name": "accuracy", "isolation": "process", "memory_mb": 512}]
+    problems = "\n".join(find_problems(cfg))
+    assert "'rewards[0].isolation' must be 'thread' (the default) or 'process'" in problems
+    assert "'rewards[1].memory_mb' must be a positive number of MB with isolation: process" \
+        in problems
+    assert "'rewards[2].memory_mb'" in problems and "rewards[3]" not in problems

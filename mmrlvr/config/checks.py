@@ -202,6 +202,15 @@ def _spec_problems(key: str, specs: list[Any]) -> list[str]:
             out.append(f"config key '{key}[{i}].timeout_s' must be a positive number of seconds, "
                        f"got {spec['timeout_s']!r}: e.g. 30 (each call of the reward is stopped "
                        "after it)")
+        if spec.get("isolation", "thread") not in ("thread", "process"):
+            out.append(f"config key '{key}[{i}].isolation' must be 'thread' (the default) or "
+                       f"'process' (a worker process of its own), got {spec['isolation']!r}")
+        if "memory_mb" in spec and (spec.get("isolation") != "process"
+                                    or not (_is_number(spec["memory_mb"])
+                                            and 0 < spec["memory_mb"] < math.inf)):
+            out.append(f"config key '{key}[{i}].memory_mb' must be a positive number of MB with "
+                       f"isolation: process (it caps the reward's worker), got "
+                       f"{spec['memory_mb']!r}")
         if "weight" in spec and not _finite(spec["weight"]):
             out.append(f"config key '{key}[{i}].weight' must be a finite number, got "
                        f"{spec['weight']!r}: give a weight such as 1.0 (0 logs it without "

@@ -328,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "models' is 30)")
     k.set_defaults(fn=cmd_tiny)
 
+    from mmrlvr.tiny.pretrained import add_parser as add_pretrained
+    add_pretrained(sub)
+
     v = sub.add_parser("pretrain-vision", help="teach a tiny model's vision tower to read "
                        "(meta.vision_labels) before SFT, as a real VLM's arrives pretrained",
                        description="Train the vision tower alone: one linear head per slot of "

@@ -10,6 +10,7 @@ ADAPTERS = Registry("modality")
 ADAPTERS.register("vision", "modalities.vision:VisionAdapter")
 ADAPTERS.register("audio", "modalities.audio:AudioAdapter")
 ADAPTERS.register("image_translation", "modalities.image_translation:ImageTranslationAdapter")
+ADAPTERS.register("text", "modalities.text:TextAdapter")
 register = ADAPTERS.register
 """`modalities.register(name, "module:Class")`: a new model family is a new adapter file."""
 

@@ -34,7 +34,8 @@ for _name, _target in {
         "accuracy": "rewards.accuracy:AccuracyReward",
         "format": "rewards.format:FormatReward",
         "consensus": "rewards.consensus:ConsensusReward",
-        "overlong": "rewards.overlong:OverlongReward"}.items():
+        "overlong": "rewards.overlong:OverlongReward",
+        "countdown": "rewards.countdown:CountdownReward"}.items():
     REWARDS.register(_name, _target)
 
 register = REWARDS.register

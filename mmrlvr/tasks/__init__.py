@@ -43,5 +43,6 @@ TASKS.register("medvqa", "mmrlvr.tasks.medvqa:TASK")
 TASKS.register("tones", "mmrlvr.tasks.tones:TASK")
 TASKS.register("banners", "mmrlvr.tasks.banners:TASK")
 TASKS.register("motion", "mmrlvr.tasks.motion:TASK")
+TASKS.register("arith", "mmrlvr.tasks.arith:TASK")
 
 __all__ = ["TASKS", "Task", "TaskOptions"]

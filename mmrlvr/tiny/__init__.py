@@ -19,7 +19,9 @@ IMAGE_KINDS: tuple[str, ...] = VISION_KINDS + NEW_VISION_KINDS
 """Every image-language kind."""
 AUDIO_KINDS: tuple[str, ...] = ("qwen2-audio", "qwen2.5-omni", "qwen3-omni")
 """Every audio-language kind."""
-KINDS: tuple[str, ...] = IMAGE_KINDS + AUDIO_KINDS
+TEXT_KINDS: tuple[str, ...] = ("llama",)
+"""Text-only kinds (`mmrlvr.tiny.llama`: the suite's stand-in for SmolLM2)."""
+KINDS: tuple[str, ...] = IMAGE_KINDS + AUDIO_KINDS + TEXT_KINDS
 """Architectures `build_tiny` can make (also the names `mmrlvr tiny KIND` accepts)."""
 
 _BUILDERS: dict[str, tuple[str, str, bool]] = {
@@ -28,6 +30,7 @@ _BUILDERS: dict[str, tuple[str, str, bool]] = {
     "gemma3": ("mmrlvr.tiny.gemma3", "build_tiny_gemma3", False),
     "qwen3-omni": ("mmrlvr.tiny.qwen3_omni", "build_tiny_qwen3_omni", False),
     "internvl": ("mmrlvr.tiny.internvl", "build_tiny_internvl", False),
+    "llama": ("mmrlvr.tiny.llama", "build_tiny_llama", False),
     "qwen3.5": ("mmrlvr.tiny.qwen3_5", "build_tiny_qwen3_5", True),
     "qwen3.5-moe": ("mmrlvr.tiny.qwen3_5", "build_tiny_qwen3_5", True),
 }
@@ -78,4 +81,5 @@ def build_tiny(kind: str, out_dir: str | Path, **options) -> Path:
     return build_tiny_vision(kind, out_dir, **options)
 
 
-__all__ = ["AUDIO_KINDS", "IMAGE_KINDS", "KINDS", "NEW_VISION_KINDS", "VISION_KINDS", "build_tiny"]
+__all__ = ["AUDIO_KINDS", "IMAGE_KINDS", "KINDS", "NEW_VISION_KINDS", "TEXT_KINDS", "VISION_KINDS",
+           "build_tiny"]

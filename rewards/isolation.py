@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -268,6 +269,12 @@ class Isolated(ScoresGroups):
         if self.error_log is None or self.logged >= self.max_logged:
             return
         self.logged += 1
-        self.error_log.parent.mkdir(parents=True, exist_ok=True)
-        with self.error_log.open("a") as fh:
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        try:
+            self.error_log.parent.mkdir(parents=True, exist_ok=True)
+            with self.error_log.open("a") as fh:
+                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        except OSError as err:     # a full disk: the failures are still counted in the metrics
+            self.logged = self.max_logged
+            print(f"warning: reward {self.name}: cannot write {self.error_log} "
+                  f"({err.strerror or err}); its failures are still counted, no more are logged",
+                  file=sys.stderr)

@@ -8,8 +8,10 @@ detail: tests/test_reward_isolation.py. This module drives whole runs.)
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -51,6 +53,8 @@ HUNG = []
 def slow(example, completion):
     time.sleep(0.1)
     return 1.0
+def many_parts(example, completion):
+    return {"overall": 0.5, **{f"part{i:03d}": 0.5 for i in range(200)}}
 '''
 
 
@@ -217,7 +221,8 @@ def test_a_full_disk_is_named_before_a_checkpoint_is_written(tmp_path, tiny_vl, 
     monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: usage(10 << 20, 9 << 20, 1 << 20))
     path = config(tmp_path, tiny_vl, shapes_dir, "run", None, train={"steps": 1})
     with pytest.raises(CheckpointError, match=r"no space left in .*checkpoints: a checkpoint needs "
-                                              r"about [0-9,]+ MB and 1 MB are free"):
+                                              r"about [0-9,]+ MB, plus 64 MB kept free for the "
+                                              r"run's logs, and 1 MB are free"):
         train(load_config(path), progress=False)
     assert not list((tmp_path / "run" / "checkpoints").glob("*step-1"))
 
@@ -331,3 +336,181 @@ def test_an_lr_override_on_resume_is_applied_not_just_recorded(tmp_path, tiny_vl
     assert read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]["optim/lr"] == 0.5
     assert cli("train", "--resume", str(tmp_path / "same"), "train.steps=3").returncode == 0
     assert read_metrics(tmp_path / "same" / "metrics.jsonl")[-1]["optim/lr"] == pytest.approx(1e-3)
+
+
+class SmallDisk:
+    """Where a run's files go, and a way to fill it up mid-run.
+
+    A real tmpfs of `mb` MB mounted at `root` where this process may mount one (root, as on this
+    machine and in CI's container): `fill` writes a ballast file until the kernel says ENOSPC,
+    and every later write meets the full disk as it would in production. Where it may not, the
+    same failures at the OS boundary only: after `fill`, an `os.write` to a file under `root`
+    writes half its bytes (a full disk's short write) and its free space reads 0."""
+
+    def __init__(self, root: Path, mb: int, monkeypatch):
+        root.mkdir()
+        self.root, self.full = root, False
+        self.real = os.geteuid() == 0 and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={mb}m", "tmpfs", str(root)],
+            capture_output=True).returncode == 0
+        if not self.real:
+            self._fake(monkeypatch)
+
+    def fill(self) -> None:
+        if not self.real:
+            self.full = True
+            return
+        fd = os.open(self.root / "ballast", os.O_WRONLY | os.O_CREAT)
+        try:
+            for chunk in (1 << 20, 4096, 1):
+                try:
+                    while os.write(fd, b"\0" * chunk) == chunk:
+                        pass
+                except OSError as err:
+                    assert err.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        if self.real:
+            subprocess.run(["umount", "-l", str(self.root)], check=True)
+
+    def _fake(self, monkeypatch) -> None:
+        import collections
+
+        real_write, real_usage = os.write, shutil.disk_usage
+        under = lambda p: str(Path(p).resolve()).startswith(str(self.root.resolve()))  # noqa: E731
+
+        def write(fd, data):
+            if self.full and under(os.readlink(f"/proc/self/fd/{fd}")):
+                return real_write(fd, bytes(data)[:len(data) // 2])
+            return real_write(fd, data)
+
+        def usage(path):
+            got = real_usage(path)
+            return collections.namedtuple("usage", "total used free")(
+                got.total, got.total, 0) if self.full and under(path) else got
+
+        monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(shutil, "disk_usage", usage)
+
+
+@pytest.fixture
+def small_disk(tmp_path, monkeypatch):
+    disk = SmallDisk(tmp_path / "disk", 128, monkeypatch)
+    yield disk
+    disk.close()
+
+
+def _fill_after_saving(monkeypatch, disk: SmallDisk, step: int) -> None:
+    """The disk fills right after checkpoint step-`step` is written (whole, marked complete)."""
+    import mmrlvr.train.trainer as trainer
+
+    real = trainer.save_checkpoint
+
+    def save_then_fill(run_dir, at, *args, **kwargs):
+        out = real(run_dir, at, *args, **kwargs)
+        if at == step:
+            disk.fill()
+        return out
+
+    monkeypatch.setattr(trainer, "save_checkpoint", save_then_fill)
+
+
+def _intact(run: Path, step: int) -> None:
+    from mmrlvr.train.checkpoint import complete_checkpoints, load_trainer_state
+
+    assert complete_checkpoints(run)[-1].name == f"step-{step}"
+    assert load_trainer_state(run / "checkpoints" / f"step-{step}")["step"] == step
+    assert weights_finite(run / "checkpoints" / f"step-{step}")
+
+
+def test_a_disk_full_mid_run_stops_with_one_line_and_no_half_metrics_row(
+        tmp_path, tiny_vl, shapes_dir, small_disk, monkeypatch):
+    """The disk fills after step 1's checkpoint: step 2's metrics row (6 KB: a reward with 200
+    components) meets it. One line names
+    the dir, the bytes the row needed and the checkpoint to resume from; metrics.jsonl holds
+    whole rows only (the part of step 2's row that fitted was cut back); no summary, no final/."""
+    from mmrlvr.train.writes import WriteError
+
+    _fill_after_saving(monkeypatch, small_disk, 1)
+    cfg = load_config(config(tmp_path, tiny_vl, shapes_dir, "run", "many_parts",
+                             train={"out_dir": str(small_disk.root / "run"), "report_to": []}))
+    run = small_disk.root / "run"
+    with pytest.raises(WriteError) as error:
+        train(cfg, progress=False)
+    message = str(error.value)
+    assert "\n" not in message and f"cannot write metrics.jsonl in {run}: no space left" in message
+    assert "it needed" in message and "KB" in message and "free there" in message
+    assert f"checkpoints/step-1, is intact" in message and f"--resume {run}" in message
+    lines = (run / "metrics.jsonl").read_bytes().split(b"\n")
+    assert lines[-1] == b"" and [json.loads(line)["step"] for line in lines[:-1]] == [1]
+    assert len(lines[0]) > 4096     # a row past a page: the full tmpfs took part of step 2's
+    assert not (run / "summary.json").exists() and not (run / "final").exists()
+    _intact(run, 1)
+
+
+def test_a_disk_full_before_final_leaves_no_final_and_no_finished_summary(
+        tmp_path, tiny_vl, shapes_dir, small_disk, monkeypatch):
+    """Filled after the last checkpoint: final/ is refused by its space check (it left only a
+    config.json once, while summary.json said the run had finished)."""
+    from mmrlvr.train.writes import WriteError
+
+    _fill_after_saving(monkeypatch, small_disk, 1)
+    cfg = load_config(config(tmp_path, tiny_vl, shapes_dir, "run", None,
+                             train={"out_dir": str(small_disk.root / "run"), "steps": 1,
+                                    "report_to": []}))
+    run = small_disk.root / "run"
+    with pytest.raises(WriteError, match=rf"no space left in {run}: the final model needs about "
+                                         r"\d+ MB, plus 64 MB kept free"):
+        train(cfg, progress=False)
+    assert not (run / "final").exists() and not (run / ".tmp-final").exists()
+    assert not (run / "summary.json").exists() and not (run / "report.md").exists()
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1]
+    _intact(run, 1)
+
+
+def test_a_write_cut_short_by_the_disk_leaves_the_old_file_or_nothing(small_disk):
+    """The write itself fails (the space check passed): a checkpoint or final/ whose model save
+    wrote config.json, then ran out of space, leaves nothing (the earlier checkpoint intact);
+    write_atomic keeps the previous report; append_line keeps whole lines."""
+    from mmrlvr.train.checkpoint import complete_checkpoints, save_checkpoint
+    from mmrlvr.train.writes import WriteError, append_line, save_final, write_atomic
+
+    run = small_disk.root / "run"
+    run.mkdir()
+    write_atomic(run / "report.md", "old report\n")
+    append_line(run / "metrics.jsonl", '{"step": 1}\n')
+
+    class Policy:                                  # a model save of `mb` MB
+        model = torch.nn.Linear(4, 4)
+
+        def __init__(self, mb):
+            self.mb = mb
+
+        def save(self, out, main=True):
+            out.mkdir(exist_ok=True)
+            (out / "config.json").write_text("{}")
+            (out / "model.safetensors").write_bytes(bytes(self.mb << 20))
+
+    if not small_disk.real:
+        pytest.skip("needs a real small filesystem (a tmpfs: root): the model save writes "
+                    "through Python's file objects, not a patched os.write")
+    save_checkpoint(run, 1, Policy(1), {"step": 1})
+    with pytest.raises(CheckpointError, match=r"cannot write step-2 in .*: no space left .*the "
+                                              r"partial checkpoint was removed"):
+        save_checkpoint(run, 2, Policy(150), {"step": 2})
+    assert [c.name for c in complete_checkpoints(run)] == ["step-1"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-1"]
+    with pytest.raises(WriteError, match=rf"cannot write final in {run}: no space left"):
+        save_final(run, Policy(150))
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "metrics.jsonl", "report.md"]
+    small_disk.fill()
+    with pytest.raises(WriteError, match=r"cannot write report.md .*no space left .*it needed "
+                                         r"1.0 MB"):
+        write_atomic(run / "report.md", "x" * (1 << 20))
+    with pytest.raises(WriteError, match="cannot write metrics.jsonl"):
+        append_line(run / "metrics.jsonl", json.dumps({"step": 2, "pad": "x" * 20000}) + "\n")
+    assert (run / "report.md").read_text() == "old report\n"
+    assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "metrics.jsonl", "report.md"]

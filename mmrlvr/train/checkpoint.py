@@ -75,13 +75,29 @@ def needed_bytes(model: torch.nn.Module, optimizer_states: int) -> int:
     return total
 
 
-def check_space(root: Path, need: int) -> None:
+MARGIN = 64 << 20
+"""Space kept free beside a checkpoint or final/: what the run's logs and reports still need."""
+
+
+def check_space(root: Path, need: int, what: str = "a checkpoint") -> None:
     free = shutil.disk_usage(root).free
-    if free < need * 1.05 + (64 << 20):
-        raise CheckpointError(f"no space left in {root}: a checkpoint needs about "
-                              f"{need / 2**20:,.0f} MB and {free / 2**20:,.0f} MB are free; free "
-                              "some space, lower train.keep_checkpoints, or use another "
-                              "train.out_dir. Nothing was written")
+    if free < need * 1.05 + MARGIN:
+        raise CheckpointError(f"no space left in {root}: {what} needs about "
+                              f"{need / 2**20:,.0f} MB, plus {MARGIN >> 20} MB kept free for the "
+                              f"run's logs, and {free / 2**20:,.0f} MB are free; free some space, "
+                              "lower train.keep_checkpoints, or use another train.out_dir. "
+                              "Nothing was written")
+
+
+def write_failure(err: BaseException, where: Path, need: int) -> bool:
+    """Whether `err`, raised while writing `need` bytes under `where`, is the disk's doing (an
+    OSError; safetensors' and torch.save's own errors for a full disk) rather than a bug."""
+    if isinstance(err, OSError) or "os error" in str(err).lower():
+        return True
+    try:
+        return shutil.disk_usage(where).free < need + MARGIN
+    except OSError:
+        return True
 
 
 def save_checkpoint(run_dir: Path, step: int, policy, trainer_state: dict[str, Any],
@@ -121,15 +137,17 @@ def save_checkpoint(run_dir: Path, step: int, policy, trainer_state: dict[str, A
             write_trainer_state(tmp, trainer_state)
             (tmp / MARKER).write_text(f"step {step}\n")
             _fsync_dir(tmp)
-    except (OSError, RuntimeError) as err:     # torch.save reports a full disk as RuntimeError
-        full = getattr(err, "errno", None) == errno.ENOSPC or shutil.disk_usage(root).free < 64 << 20
-        if not full:
+    except Exception as err:   # noqa: BLE001 -- safetensors and torch.save report a full disk
+        if not write_failure(err, root, needed_bytes(policy.model, 2)):   # as their own errors
             raise
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"no space left in {root} while writing step-{step} "
-                              f"({shutil.disk_usage(root).free / 2**20:,.0f} MB free now); the "
-                              "partial checkpoint was removed and the earlier ones are intact") \
-            from None
+        free = shutil.disk_usage(root).free
+        full = (getattr(err, "errno", None) == errno.ENOSPC or "os error 28" in str(err)
+                or free < MARGIN)
+        why = "no space left" if full else (str(err).strip() or type(err).__name__).splitlines()[0]
+        raise CheckpointError(f"cannot write step-{step} in {root}: {why} ({free / 2**20:,.0f} "
+                              "MB free now); the partial checkpoint was removed and the earlier "
+                              "ones are intact") from None
     if dist.main:
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 import rewards
 from mmrlvr.data import Example
 from mmrlvr.rollout.base import SamplingParams
+from mmrlvr.train.writes import write_atomic
 
 
 def evaluate(policy, engine, examples: list[Example], *, max_new_tokens: int,
@@ -134,6 +135,5 @@ def evaluate_ranks(dist, policy, engine, examples: list[Example], **options: Any
 
 
 def write_records(path: Path, records: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(question_record(r), ensure_ascii=False) + "\n"
-                            for r in records), encoding="utf-8")
+    write_atomic(path, "".join(json.dumps(question_record(r), ensure_ascii=False) + "\n"
+                               for r in records))   # whole or not at all; a full disk: one line

@@ -1,4 +1,5 @@
-"""Run logging: `metrics.jsonl` (one object per step, always written) and the trackers
+"""Run logging: `metrics.jsonl` (one object per step, always written, each row whole: a full
+disk stops the run with one line and leaves no half row, `mmrlvr.train.writes`) and the trackers
 `train.report_to` names, through accelerate's (`accelerate.tracking`): TensorBoard scalars under
 RUN/tb, wandb, mlflow, trackio.
 
@@ -19,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from mmrlvr.train.writes import append_line, write_atomic
 
 TRACKER_PACKAGES: dict[str, str] = {"tensorboard": "tensorboard", "wandb": "wandb",
                                     "mlflow": "mlflow", "trackio": "trackio"}
@@ -127,8 +130,8 @@ class RunLogger:
         if not self.enabled:
             return
         row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
-        with self.path.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        # one write of the whole line, cut back if it fails: never half a row (mmrlvr.train.writes)
+        append_line(self.path, json.dumps(row) + "\n", run_dir=self.path.parent)
         scalars = {k: v for k, v in row.items()
                    if k != "step" and isinstance(v, (int, float)) and v is not None}
         for tracker in list(self.trackers):
@@ -171,4 +174,4 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 def truncate_metrics(path: Path, step: int) -> None:
     """Keep rows up to `step` (a resumed run rewrites the steps after its checkpoint)."""
     rows = [r for r in read_metrics(path) if r.get("step", 0) <= step]
-    Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_atomic(Path(path), "".join(json.dumps(r) + "\n" for r in rows))   # the old file or this

@@ -1,11 +1,14 @@
-"""End-of-run report: PNG curves under `plots/` and a `report.md` that shows them."""
+"""End-of-run report: PNG curves under `plots/`, a `report.md` that shows them, and
+`summary.json`; each file written whole or not at all (`mmrlvr.train.writes.write_atomic`)."""
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 from mmrlvr.train.logger import read_metrics
+from mmrlvr.train.writes import write_atomic
 
 PANELS = [
     ("reward", ["reward/mean", "eval/reward"], "mean reward (train batch, held-out)"),
@@ -62,8 +65,10 @@ def make_plots(run_dir: Path) -> list[Path]:
         ax.legend(fontsize=8)
         fig.tight_layout()
         path = out_dir / f"{name}.png"
-        fig.savefig(path, dpi=100)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=100)
         plt.close(fig)
+        write_atomic(path, png.getvalue(), run_dir=Path(run_dir))
         written.append(path)
     return written
 
@@ -82,6 +87,6 @@ def write_report(run_dir: Path, summary: dict[str, Any], title: str = "mmrlvr ru
     lines += ["", "Per-step figures: `metrics.jsonl`; TensorBoard: `tensorboard --logdir "
               f"{run_dir / 'tb'}`.", ""]
     path = run_dir / "report.md"
-    path.write_text("\n".join(lines))
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_atomic(path, "\n".join(lines), run_dir=run_dir)
+    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n", run_dir=run_dir)
     return path

@@ -43,6 +43,7 @@ from mmrlvr.train.preempt import Preemption
 from mmrlvr.train.report import write_report
 from mmrlvr.train.setup import Run, build_run
 from mmrlvr.train.update import policy_update
+from mmrlvr.train.writes import save_final
 from rewards import RewardError, build_combined
 
 
@@ -242,9 +243,9 @@ def _train(run: Run, start_step: int, resume: bool, progress: bool) -> dict[str,
             write_report(run.run_dir, summary, title=f"GRPO run {run.run_dir.name} (preempted)")
         d.barrier()
         return summary
+    save_final(run.run_dir, run.policy, d)   # first: summary.json never claims an unsaved final/
     if d.main:
         write_report(run.run_dir, summary, title=f"GRPO run {run.run_dir.name}")
-    run.policy.save(run.run_dir / "final", main=d.main)
     d.barrier()
     return summary
 

@@ -379,7 +379,7 @@ class SmallDisk:
         import collections
 
         real_write, real_usage = os.write, shutil.disk_usage
-        under = lambda p: str(Path(p).resolve()).startswith(str(self.root.resolve()))  # noqa: E731
+        under = lambda p: str(Path(p).resolve()).startswith(str(self.root.resolve()))
 
         def write(fd, data):
             if self.full and under(os.readlink(f"/proc/self/fd/{fd}")):
@@ -442,7 +442,7 @@ def test_a_disk_full_mid_run_stops_with_one_line_and_no_half_metrics_row(
     message = str(error.value)
     assert "\n" not in message and f"cannot write metrics.jsonl in {run}: no space left" in message
     assert "it needed" in message and "KB" in message and "free there" in message
-    assert f"checkpoints/step-1, is intact" in message and f"--resume {run}" in message
+    assert "checkpoints/step-1, is intact" in message and f"--resume {run}" in message
     lines = (run / "metrics.jsonl").read_bytes().split(b"\n")
     assert lines[-1] == b"" and [json.loads(line)["step"] for line in lines[:-1]] == [1]
     assert len(lines[0]) > 4096     # a row past a page: the full tmpfs took part of step 2's
@@ -514,3 +514,100 @@ def test_a_write_cut_short_by_the_disk_leaves_the_old_file_or_nothing(small_disk
     assert (run / "report.md").read_text() == "old report\n"
     assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n'
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "metrics.jsonl", "report.md"]
+
+
+def test_an_absurd_lr_is_refused_before_anything_loads():
+    """lr 1e30 was accepted and trained to weights of 2e29 in a checkpoint marked complete."""
+    from mmrlvr.config import Config, find_problems
+
+    cfg = Config()
+    cfg.optim.lr, cfg.sft.lr = 1e30, 2.0
+    problems = find_problems(cfg)
+    assert any(p.startswith("config key 'optim.lr' is 1e+30, above 1: an AdamW step") and
+               "e.g. 1e-6 for a 7B model" in p for p in problems), problems
+    assert any(p.startswith("config key 'sft.lr' is 2.0, above 1") for p in problems)
+    cfg.optim.lr, cfg.sft.lr = 0.5, 1e-5                  # high, but a learning rate
+    assert not [p for p in find_problems(cfg) if "lr'" in p]
+
+
+def test_a_cut_short_or_nan_weight_file_is_named_at_load(tmp_path, tiny_vl):
+    """A truncated model.safetensors gave safetensors' "incomplete metadata" traceback; NaN
+    weights loaded silently and failed the first rollout inside torch.multinomial."""
+    from safetensors.torch import load_file, save_file
+
+    from mmrlvr.train.policy import PolicyError, load_model
+
+    cut, nan = tmp_path / "cut", tmp_path / "nan"
+    shutil.copytree(tiny_vl, cut)
+    shutil.copytree(tiny_vl, nan)
+    data = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(data[:len(data) // 2])
+    with pytest.raises(PolicyError, match=rf"{cut}/model.safetensors is not a whole safetensors "
+                                          r"file \(its header lists [\d,]+ bytes of data and the "
+                                          r"file has [\d,]+\): it was cut short"):
+        load_model(str(cut), torch.float32)
+    weights = load_file(nan / "model.safetensors")
+    weights["model.layers.0.mlp.up_proj.weight"][3, 5] = float("inf")
+    save_file(weights, nan / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(PolicyError, match=rf"its weights hold NaN or inf values: "
+                                          rf"{nan}/model.safetensors: tensor "
+                                          r"'model.layers.0.mlp.up_proj.weight' \(1 of [\d,]+ "
+                                          r"values\)"):
+        load_model(str(nan), torch.float32)
+    assert load_model(str(tiny_vl), torch.float32) is not None          # the original loads
+
+
+def test_a_bom_data_file_loads_and_a_fake_parquet_is_named(tmp_path, shapes_dir):
+    """A UTF-8 BOM (Excel, Notepad) failed at row 1; a .parquet that is not one gave pyarrow's
+    ArrowInvalid traceback."""
+    from mmrlvr.data import DataError, load_dataset
+
+    rows = (shapes_dir / "train.jsonl").read_text().splitlines()[:3]
+    (tmp_path / "images").mkdir()
+    for row in rows:
+        for image in json.loads(row)["images"]:
+            shutil.copy(shapes_dir / image, tmp_path / image)
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + "\n".join(rows).encode() + b"\n")
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf[" + ",".join(rows).encode() + b"]")
+    plain = load_dataset(shapes_dir / "train.jsonl")[:3]
+    for name in ("bom.jsonl", "bom.json"):
+        loaded = load_dataset(tmp_path / name)
+        assert [(e.id, e.prompt, e.answer) for e in loaded] == \
+            [(e.id, e.prompt, e.answer) for e in plain], name
+    (tmp_path / "fake.parquet").write_text('{"prompt": "q", "answer": "1"}\n')
+    with pytest.raises(DataError, match=rf"{tmp_path}/fake.parquet: not a readable parquet file "
+                                        r"\(Parquet magic bytes not found"):
+        load_dataset(tmp_path / "fake.parquet")
+
+
+def test_force_records_what_it_changed_and_overwrite_leaves_no_old_eval_records(tmp_path):
+    """`--resume --force` with another model.path rewrote config.yaml and kept no trace of the
+    run's start; `--overwrite` kept the old run's eval/step-N.jsonl beside the new run's."""
+    from mmrlvr.train.rundir import FORCED, claim
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-4").mkdir(parents=True)
+    for name in (MARKER, "trainer_state.pt"):                # what makes a checkpoint complete
+        (run / "checkpoints" / "step-4" / name).write_text("step 4\n")
+    started = {"model": {"path": "/models/a"}, "data": {"train": "t.jsonl"}}
+    (run / "config.yaml").write_text(yaml.safe_dump(started))
+    other = {"model": {"path": "/models/b"}, "data": {"train": "t.jsonl"}}
+    with pytest.raises(RunDirError, match=r"model.path: '/models/a' -> '/models/b'.*--force"):
+        claim(run, resume=True, cfg=other)
+    assert not (run / FORCED).exists()
+    claim(run, resume=True, force=True, cfg=other).release()
+    (record,) = [json.loads(line) for line in (run / FORCED).read_text().splitlines()]
+    assert record["changed"] == {"model.path": ["/models/a", "/models/b"]}
+    assert record["from_checkpoint"] == "step-4"
+    assert yaml.safe_load(record["replaced_config"]) == started
+    claim(run, resume=True, force=True, cfg=started).release()     # nothing changed: no record
+    assert len((run / FORCED).read_text().splitlines()) == 1
+
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    for old in ("eval/step-0.jsonl", "eval/ood/step-4.jsonl", "reward_errors.rank1.jsonl",
+                "wandb/run.log", "plots/reward.png"):
+        (run / old).parent.mkdir(parents=True, exist_ok=True)
+        (run / old).write_text("old run\n")
+    (run / "my_notes.txt").write_text("mine\n")
+    claim(run, resume=False, overwrite=True).release()
+    assert sorted(p.name for p in run.iterdir()) == [".lock", "my_notes.txt"]

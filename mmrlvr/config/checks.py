@@ -62,6 +62,9 @@ POSITIVE, NON_NEGATIVE, AT_LEAST_1 = Bound(0, low_open=True), Bound(0), Bound(1)
 
 FRACTION = Bound(0, 1)
 
+MAX_LR = 1.0
+"""The largest learning rate accepted: no AdamW run trains above it (typical: 1e-6 to 1e-3)."""
+
 
 GREEDY_HINT = ("0 means greedy decoding, but GRPO needs sampled groups: a greedy group is G "
                "copies of one completion, so every advantage is 0 and nothing is learnt; "
@@ -290,6 +293,13 @@ def find_problems(cfg: Config) -> list[str]:
         elif not bound.holds(value):
             kind = "a finite number " if isinstance(value, float) else ""
             problems.append(f"config key '{key}' must be {kind}{bound}, got {value!r}: {hint}")
+    for key in ("optim.lr", "sft.lr", "sft.pwsd.lr"):
+        value = _get(cfg, key)
+        if _is_number(value) and math.isfinite(value) and value > MAX_LR:
+            problems.append(f"config key '{key}' is {value!r}, above {MAX_LR:g}: an AdamW step "
+                            "moves each weight by about lr, so the weights blow up (lr 1e30 once "
+                            "trained to weights of 2e29, checkpointed as complete); use e.g. "
+                            "1e-6 for a 7B model or 1e-4 for a tiny CPU one")
     m = cfg.model
     if all(_is_number(v) and v >= 1 for v in (m.min_pixels, m.max_pixels)) \
             and m.min_pixels > m.max_pixels:

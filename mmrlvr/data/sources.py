@@ -202,7 +202,12 @@ def _parquet(files: list[Path], label: str, base: Path, lazy: bool | None) -> Ta
     import pyarrow.parquet as pq
 
     nbytes = sum(f.stat().st_size for f in files)
-    shards = [(str(f), pq.ParquetFile(f).metadata.num_rows) for f in files]
+    shards = []
+    for f in files:
+        try:
+            shards.append((str(f), pq.ParquetFile(f).metadata.num_rows))
+        except (pa.ArrowInvalid, OSError) as err:       # a .parquet name on something else
+            raise DataError(f"{f}: not a readable parquet file ({err})") from None
     if _is_lazy(lazy, nbytes):
         import datasets
 
@@ -272,7 +277,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
             if not raw.strip():
                 continue
             try:
-                yield line, json.loads(raw.decode("utf-8"))
+                yield line, json.loads(raw.decode("utf-8-sig"))   # a BOM (Excel, Notepad)
             except UnicodeDecodeError:
                 yield line, row_error(path, line, "not valid UTF-8")
             except json.JSONDecodeError as err:
@@ -283,7 +288,7 @@ def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """A JSON file: an array of rows, {"data": [...]}, or columns {"col": [...], ...};
     JSON Lines under a .json name read as such."""
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))   # a BOM is dropped
     except json.JSONDecodeError as err:
         if "Extra data" in err.msg:            # JSON Lines under a .json name
             yield from _jsonl_rows(path)

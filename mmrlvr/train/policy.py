@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from mmrlvr.config import ModelConfig
 from mmrlvr.train.parallel import gathered, pick_device  # noqa: F401  (pick_device: public here too)
+from mmrlvr.train.weight_files import check_finite, check_weight_files
 from mmrlvr.core.types import TYPE_KEYS, ModalityAdapter, PromptBatch, select, to_device
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -111,7 +112,10 @@ def load_model(path: str, dtype: torch.dtype, attn_implementation: str = "sdpa",
     the one `load_family` already found."""
     family = family or load_family(path)
     try:
-        return family.load(path, dtype=dtype, attn_implementation=attn_implementation)
+        check_weight_files(path)          # a file cut short: named, not a safetensors traceback
+        model = family.load(path, dtype=dtype, attn_implementation=attn_implementation)
+        check_finite(model, path)         # NaN/inf weights: refused, naming file and tensor
+        return model
     except (OSError, ValueError) as err:
         from mmrlvr.config import missing_model_message
 

@@ -4,8 +4,11 @@
   even by kill -9) naming the holder's pid and host; a second writer is refused with who holds
   it.
 - A fresh run refuses a dir that already holds a run (metrics or checkpoints) unless
-  `overwrite`, which removes that run's files (and only those) first. `--resume` checks that the
-  model and data it is given are the ones the run was started with, unless `force`.
+  `overwrite`, which removes that run's files (and only those: its eval records and tracker
+  logs too) first. `--resume` checks that the model and data it is given are the ones the run
+  was started with, unless `force`; a forced change is recorded in `RUN/forced_resumes.jsonl`
+  (what changed, from which checkpoint, and the whole config it replaced) and said on stderr,
+  since config.yaml then holds the new values.
 """
 from __future__ import annotations
 
@@ -14,16 +17,23 @@ import json
 import os
 import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from mmrlvr.train.checkpoint import complete_checkpoints
+from mmrlvr.train.writes import append_line
+
 LOCK = ".lock"
 RUN_FILES = ("metrics.jsonl", "summary.json", "report.md", "reward_errors.jsonl",
-             "skipped_rows.jsonl", "recycled.jsonl", "rubrics.jsonl", "config.yaml")
-RUN_DIRS = ("checkpoints", "final", "tb", "plots")
+             "reward_errors.rank*.jsonl", "skipped_rows.jsonl", "recycled.jsonl", "rubrics.jsonl",
+             "config.yaml", "forced_resumes.jsonl")
+"""A run's own files (glob patterns): what `--overwrite` removes."""
+RUN_DIRS = ("checkpoints", "final", ".tmp-final", "tb", "plots", "eval", "wandb", "mlruns")
+FORCED = "forced_resumes.jsonl"
 PINNED = ("model.path", "model.modality", "data.train", "data.eval")
 """What a resumed run must share with the run it continues."""
 
@@ -42,18 +52,45 @@ def _dotted(cfg: dict[str, Any], key: str) -> Any:
     return cfg if cfg != {} else None
 
 
-def check_resume(run_dir: Path, cfg: dict[str, Any]) -> None:
-    """Refuse a resume whose model or data differ from the saved run's config."""
+def resume_changes(run_dir: Path, cfg: dict[str, Any]) -> dict[str, list[Any]]:
+    """The pinned keys whose value in `cfg` differs from the saved run's: {key: [old, new]}."""
     saved_path = run_dir / "config.yaml"
     if not saved_path.is_file():
-        return
+        return {}
     saved = yaml.safe_load(saved_path.read_text()) or {}
-    changed = [f"{key}: {_dotted(saved, key)!r} -> {_dotted(cfg, key)!r}" for key in PINNED
-               if _dotted(saved, key) != _dotted(cfg, key)]
+    return {key: [_dotted(saved, key), _dotted(cfg, key)] for key in PINNED
+            if _dotted(saved, key) != _dotted(cfg, key)}
+
+
+def check_resume(run_dir: Path, cfg: dict[str, Any]) -> None:
+    """Refuse a resume whose model or data differ from the saved run's config."""
+    changed = resume_changes(run_dir, cfg)
     if changed:
+        shown = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in changed.items())
         raise RunDirError(f"--resume {run_dir}: the run was started with other settings "
-                          f"({'; '.join(changed)}); continuing would mix two runs. Resume "
-                          "without those overrides, or pass --force to continue anyway")
+                          f"({shown}); continuing would mix two runs. Resume without those "
+                          "overrides, or pass --force to continue anyway (recorded in "
+                          f"{FORCED})")
+
+
+def record_forced(run_dir: Path, cfg: dict[str, Any]) -> dict[str, list[Any]]:
+    """A forced resume's changes, kept: one line of `forced_resumes.jsonl` with the time, the
+    checkpoint it continues from, what changed and the config.yaml it replaces (which is then
+    rewritten with the new values), and a warning on stderr."""
+    changed = resume_changes(run_dir, cfg)
+    if not changed:
+        return changed
+    done = complete_checkpoints(run_dir)
+    record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "from_checkpoint": done[-1].name if done else None, "changed": changed,
+              "replaced_config": (run_dir / "config.yaml").read_text()}
+    append_line(run_dir / FORCED, json.dumps(record) + "\n", run_dir=run_dir)
+    shown = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in changed.items())
+    print(f"warning: --resume --force {run_dir}: continuing with {shown}. The weights and "
+          "optimizer come from the checkpoint; model.path now gives the reference model and a "
+          f"LoRA run's base. config.yaml holds the new values; the old config and this change "
+          f"are in {run_dir / FORCED}", file=sys.stderr)
+    return changed
 
 
 class RunLock:
@@ -95,16 +132,19 @@ def claim(run_dir: Path, *, resume: bool, overwrite: bool = False, force: bool =
     lock = RunLock(run_dir)
     lock.acquire()
     try:
-        if resume:
-            if not force and cfg is not None:
+        if resume and cfg is not None:
+            if force:
+                record_forced(run_dir, cfg)
+            else:
                 check_resume(run_dir, cfg)
         elif holds_a_run(run_dir):
             if not overwrite:
                 raise RunDirError(f"{run_dir} already holds a run ({_describe(run_dir)}); continue "
                                   f"it with `mmrlvr train --resume {run_dir}`, or start over with "
                                   "--overwrite (removes its metrics, checkpoints and report)")
-            for name in RUN_FILES:
-                (run_dir / name).unlink(missing_ok=True)
+            for pattern in RUN_FILES:
+                for path in run_dir.glob(pattern):
+                    path.unlink(missing_ok=True)
             for name in RUN_DIRS:
                 shutil.rmtree(run_dir / name, ignore_errors=True)
     except BaseException:

@@ -99,12 +99,12 @@ def test_a_verifier_that_hangs_times_out_as_errors_and_never_blocks(tmp_path):
         import time
 
         def verify(example, completion):
-            time.sleep(3)
+            time.sleep(60)
             return 1.0
         """)
     start = time.perf_counter()
     report = audit(spec, n_per_family=1, families=["yesno"], timeout_s=0.05, progress=False)
-    assert time.perf_counter() - start < 2.5
+    assert time.perf_counter() - start < 30          # no call waited out its 60 s sleep
     t = report["totals"]
     assert t["rewrite"]["accepted"] == t["near"]["accepted"] == 0
     assert t["rewrite"]["rejected"] == t["near"]["rejected"] == 0

@@ -158,7 +158,7 @@ class _Teacher(BaseHTTPRequestHandler):
         _Teacher.seen.append((self.path, body))
         mode = body["model"]
         if mode == "slow":
-            time.sleep(1.5)
+            time.sleep(60)               # past any timeout the tests give: only a timeout ends it
         if mode == "garbage":
             payload = b"<html>not json</html>"
         else:
@@ -206,7 +206,7 @@ def test_http_judge_asks_for_the_step_number_and_maps_it_to_the_step(teacher):
     t0 = time.perf_counter()
     with pytest.raises(JudgeError) as e:
         HttpJudge(teacher, "slow", timeout_s=0.3).first_mistake(EX, WRONG)
-    assert e.value.kind == "timeout" and time.perf_counter() - t0 < 1.2
+    assert e.value.kind == "timeout" and time.perf_counter() - t0 < 30   # not the 60 s reply
     with pytest.raises(JudgeError) as e:
         HttpJudge("http://127.0.0.1:1/v1", "good", timeout_s=1).first_mistake(EX, WRONG)
     assert e.value.kind == "http"
@@ -219,7 +219,7 @@ def test_http_failures_are_counted_and_stop_after_max_failures(policy, teacher):
     slow = Cliff(judge="http", url=teacher, model="slow", timeout_s=0.3, max_failures=2)
     t0 = time.perf_counter()
     credit, stats = token_credit(adv, mask, 0.2, 0.28, [slow], ctx)
-    assert time.perf_counter() - t0 < 2.5                       # 2 timeouts, then skipped
+    assert time.perf_counter() - t0 < 30          # 2 timeouts, then skipped: no 60 s reply waited
     assert stats["shaping/cliff/fail_timeout"] == 2.0 and stats["shaping/cliff/judge_skipped"] == 3
     assert stats["shaping/cliff/found_frac"] == 0.0
     assert torch.equal(credit.advantages, adv.unsqueeze(1).expand_as(mask))   # nothing shaped

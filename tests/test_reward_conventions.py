@@ -355,17 +355,23 @@ def test_every_convention_is_isolated(tmp_path, source, fn, kinds, detail):
 
 
 def test_an_async_reward_scores_several_groups_at_once(tmp_path):
+    """Every group's call is in flight before any returns (an order, not a duration: a busy
+    machine cannot fail it)."""
     reward = combined(tmp_path, """
-        import asyncio
+        import asyncio, time
+
+        SPANS = []
 
         async def slow_judge(prompts, completions, **kwargs):
+            start = time.monotonic()
             await asyncio.sleep(0.5)
+            SPANS.append((start, time.monotonic()))
             return [1.0] * len(completions)
     """, "slow_judge")
-    start = time.perf_counter()
     scores = reward.score_groups(EXAMPLES * 2, GROUPS * 2)
-    assert time.perf_counter() - start < 1.5                    # 6 groups, not 6 x 0.5 s
     assert all(r["slow_judge"] == 1.0 for g in scores for r in g)
+    spans = reward.parts[0][2].reward.__globals__["SPANS"]
+    assert len(spans) == 6 and max(s for s, _ in spans) < min(e for _, e in spans)   # 6 at once
 
 
 def test_an_async_reward_that_hangs_is_cancelled_at_its_timeout(tmp_path):
@@ -379,7 +385,7 @@ def test_an_async_reward_that_hangs_is_cancelled_at_its_timeout(tmp_path):
     """, "judge", timeout_s=0.3)
     start = time.perf_counter()
     rows = reward.score(EXAMPLES[0], ["a", "hang", "b"])
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 30         # the hang never ends: the timeout ended it
     assert [r["judge"] for r in rows] == [1.0, 0.0, 1.0]
     assert [r["judge/failed_timeout"] for r in rows] == [0.0, 1.0, 0.0]
     [line] = log_lines(tmp_path)
@@ -396,7 +402,7 @@ def test_an_async_reward_that_blocks_its_loop_times_out_and_the_run_goes_on(tmp_
     """, "blocking", timeout_s=0.2)
     start = time.perf_counter()
     rows = reward.score(EXAMPLES[0], ["a", "b"])
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 60         # not the hour the blocked loop sleeps
     assert all(r["blocking/failed_timeout"] == 1.0 for r in rows)
     assert "time.sleep(3600)" in log_lines(tmp_path)[0]["detail"]
     assert reward.parts[0][2].hung == 1

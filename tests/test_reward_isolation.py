@@ -153,7 +153,7 @@ def test_a_hanging_function_times_out_per_completion_and_the_run_goes_on(tmp_pat
     """, "slow", timeout_s=0.3)
     start = time.perf_counter()
     rows = combined.score(EX, ["ok", "hang", "ok"])
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 60       # not the hour the hung call sleeps
     assert [row["slow"] for row in rows] == [1.0, 0.0, 1.0]
     assert [row["slow/failed_timeout"] for row in rows] == [0.0, 1.0, 0.0]
     [line] = log_lines(tmp_path)
@@ -190,7 +190,7 @@ def test_a_call_that_finishes_late_is_no_longer_outstanding(tmp_path):
     reward.max_hung = 2
     assert combined.score(EX, ["a"])[0]["late/failed_timeout"] == 1.0
     assert reward.hung == 1
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60              # a wait, not a bound: it returns in 0.3 s
     while reward.hung and time.monotonic() < deadline:
         time.sleep(0.02)
     assert reward.hung == 0                                   # it returned, late
@@ -226,9 +226,9 @@ def test_a_group_reward_that_hangs_fails_its_whole_group_once(tmp_path):
     combined = user_reward(tmp_path, GROUP_SOURCE, "Judge", mode="hang", timeout_s=0.3)
     start = time.perf_counter()
     rows = combined.score(EX, ["a", "b", "c", "d"])
-    assert time.perf_counter() - start < 2.0           # one timeout per group, not per completion
+    assert time.perf_counter() - start < 60                   # not the hour the call sleeps
     assert all(parts(row, "Judge") == {"overall": 0.0, **failed("timeout")} for row in rows)
-    [line] = log_lines(tmp_path)
+    [line] = log_lines(tmp_path)                 # one timeout for the group, not one per completion
     assert line["completion"] is None and line["text"] is None and "time.sleep" in line["detail"]
     assert "the whole group" in combined.all_failed([rows])
 
@@ -362,11 +362,11 @@ SLOW = """
     import asyncio, time
 
     def slow(example, text):
-        time.sleep(0.6)
+        time.sleep(60 if text == "hang" else 0.6)
         return 1.0
 
     async def aslow(example, text):
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(60 if text == "hang" else 0.6)
         return 1.0
 """
 
@@ -390,8 +390,8 @@ def test_a_real_ctrl_c_while_a_reward_runs_reaches_the_trainer(tmp_path, fn):
         ctrl_c()
         start = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
-            combined.score(EX, ["a", "b"])
-        assert time.monotonic() - start < 1.0      # not after the 1.2 s the calls would take
+            combined.score(EX, ["hang", "hang"])
+        assert time.monotonic() - start < 30       # at once, not after the calls' 60 s sleeps
     finally:
         signal.signal(signal.SIGINT, before)
     assert not log_lines(tmp_path)                 # no reward failure was counted
@@ -424,7 +424,7 @@ def test_a_reward_in_its_own_process_survives_exit_segfault_hang_and_leak(tmp_pa
     call, counted with the cause, and a new worker; the call after it scores normally."""
     from mmrlvr.train.preempt import Preemption
 
-    combined = user_reward(tmp_path, RISKY, "risky", timeout_s=1, isolation="process",
+    combined = user_reward(tmp_path, RISKY, "risky", timeout_s=2, isolation="process",
                            memory_mb=64)
     reward = combined.parts[0][2]
     ex = Example(id="q7", prompt="What is 2 + 3?", answer="5", images=["a.png"])

@@ -1,12 +1,15 @@
 """Degenerate completions: extraction, matching and the accuracy, format and pirl rewards stay bounded.
 
-Each call must take well under ``BOUND_S`` of this process's CPU time (the target is < 50 ms;
-``python bench/verify.py --adversarial`` prints the figures), so other jobs on a busy machine
-cannot fail it, while every unbounded case below (21-65 s of CPU) still would; and fail closed: no match for garbage, ``too_complex``
-where a size bound cut the check short, the exact answer where a legitimate one is inside.
-Before the bounds, nested ``\\boxed{`` cost cubic time (800 levels: 65 s of CPU) and a run
-of 20,000 spaces before an "or" 27 s; in the format and pirl rewards, 20,000 ``<think>`` 21 s and
-3,000 ``</think>\\boxed{`` 58 s.
+Each case's outcome is pinned: fail closed (no match for garbage, ``too_complex`` where a size
+bound cut the check short, the exact answer where a legitimate one is inside). Its cost is pinned
+by growth, not by a clock: each kind of input is timed (this process's CPU time, best of 3) at a
+size n and at k·n (k = 8 unless said), and the larger may cost at most ``MAX_RATIO`` times the
+smaller, or ``MAX_RATIO`` × ``FLOOR_S`` where the smaller is too quick to time. Linear work grows 8x,
+quadratic 64x, and every unbounded case below (nested ``\\boxed{`` cubic: 800 levels 65 s of CPU; a
+run of 20,000 spaces before an "or" 27 s; in the format and pirl rewards 20,000 ``<think>`` 21 s and
+3,000 ``</think>\\boxed{`` 58 s; a symbolic engine let loose on a 135,751-term expansion) costs
+seconds or more at the larger size; a busy machine slows both sizes alike, so it cannot fail it.
+``python bench/verify.py --adversarial`` prints the absolute figures (the target: < 50 ms a call).
 """
 
 import random
@@ -21,7 +24,8 @@ from rewards.format import FormatReward
 from mmrlvr.methods.pirl.reward import PirlReward
 from rewards.verify import TOO_COMPLEX, extract_outcome, match_outcome
 
-BOUND_S = 5.0  # CPU seconds: 100x the measured worst (~50 ms), a fifth of the fastest unbounded case
+MAX_RATIO = 24  # k·n may cost 24x n: linear work is 8x, quadratic 64x (a 3x margin either side)
+FLOOR_S = 0.005  # below 5 ms of CPU a timing is noise: the larger size may then take 24 x 5 ms
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -29,12 +33,17 @@ def _warm_sympy():
     verify.match("\\sin^2 x + \\cos^2 x", "1")  # the first symbolic call imports sympy
 
 
-def _timed(fn, *args):
-    t0 = time.process_time()        # CPU time: a wall clock fails when the machine is busy
-    out = fn(*args)
-    took = time.process_time() - t0
-    assert took < BOUND_S, f"{fn.__name__} took {took:.2f} s of CPU"
-    return out
+def _cpu(fn, args) -> float:
+    """`fn(*args)`'s CPU time in this process (a wall clock counts other jobs): best of 3, or
+    one run past 50 ms, where noise is small beside it."""
+    times = []
+    for _ in range(3):
+        t0 = time.process_time()
+        fn(*args)
+        times.append(time.process_time() - t0)
+        if times[-1] > 0.05:
+            break
+    return min(times)
 
 
 def _boxes(k: int, inner: str = "1") -> str:
@@ -86,7 +95,7 @@ EXTRACT_CASES = {
 @pytest.mark.parametrize("name", EXTRACT_CASES)
 def test_extraction_is_bounded(name):
     text, answer, outcome = EXTRACT_CASES[name]
-    assert _timed(extract_outcome, text) == (answer, outcome)
+    assert extract_outcome(text) == (answer, outcome)
 
 
 def test_random_latex_under_the_length_bound_is_bounded():
@@ -94,23 +103,23 @@ def test_random_latex_under_the_length_bound_is_bounded():
     pieces += ["\\frac{", "^{"]
     for seed in range(3):
         text = "".join(random.Random(seed).choice(pieces) for _ in range(40_000))  # ~110 KB
-        answer, outcome = _timed(extract_outcome, text)
+        answer, outcome = extract_outcome(text)
         assert outcome in ("answer", "no_answer", TOO_COMPLEX)
         assert (answer is None) is (outcome != "answer")
         if answer is not None:
-            assert _timed(match_outcome, answer, "42") != "match"
+            assert match_outcome(answer, "42") != "match"
 
 
-def test_whitespace_runs_stay_linear():
+def test_whitespace_runs_keep_their_answers():
     # formerly quadratic/cubic regex backtracking: 27 s for 20,000 spaces
     text = "<answer>A" + " " * 19_000 + "x or B</answer>"
-    answer, outcome = _timed(extract_outcome, text)
+    answer, outcome = extract_outcome(text)
     assert outcome == "answer" and answer == "A" + " " * 19_000 + "x or B"
     for gold in ("42", "B", "yes", "Paris", "x^2+1"):
-        assert _timed(match_outcome, "1" + " " * 19_000 + "x", gold) == "no_match"
+        assert match_outcome("1" + " " * 19_000 + "x", gold) == "no_match"
     # past MAX_SYMBOLIC_CHARS the formula is not parsed: too complex
     dots = "1" + "." * 19_000 + "x"
-    verdicts = [_timed(match_outcome, dots, gold) for gold in ("42", "B", "yes", "x^2+1")]
+    verdicts = [match_outcome(dots, gold) for gold in ("42", "B", "yes", "x^2+1")]
     assert verdicts == [TOO_COMPLEX, "no_match", "no_match", TOO_COMPLEX]
 
 
@@ -163,7 +172,7 @@ MATCH_CASES = {
 @pytest.mark.parametrize("name", MATCH_CASES)
 def test_match_is_bounded(name):
     answer, gold, verdict = MATCH_CASES[name]
-    assert _timed(match_outcome, answer, gold) == verdict
+    assert match_outcome(answer, gold) == verdict
 
 
 def test_each_call_returns_its_own_outcome():
@@ -176,7 +185,7 @@ def test_each_call_returns_its_own_outcome():
 
 @pytest.mark.parametrize("gold", [None, "", "   ", "$$", "\\boxed{}"])
 def test_missing_gold_fails_closed(gold):
-    assert _timed(match_outcome, "3", gold) == "no_match"
+    assert match_outcome("3", gold) == "no_match"
     assert verify.match("3", gold) is False
     with pytest.raises(ValueError):  # how loading learns of it: the row is refused
         verify.detect_kind(gold)
@@ -204,7 +213,7 @@ def test_accuracy_reward_flags_too_complex():
         "\\boxed{10^{10^{10^{10}}}}",  # matching too complex
         "<answer>" * 50_000,  # too long to read
     ]
-    scores = _timed(reward.score, Example(id="q", prompt="", answer="42"), completions)
+    scores = reward.score(Example(id="q", prompt="", answer="42"), completions)
     assert [s["overall"] for s in scores] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert [s["parsed"] for s in scores] == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
     assert [s["too_complex"] for s in scores] == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
@@ -250,8 +259,8 @@ TAG_FLOOD_CASES = {
 def test_format_and_pirl_rewards_are_bounded(name):
     text, formatted, overall, correct = TAG_FLOOD_CASES[name]
     example = Example(id="q", prompt="", answer="1")
-    assert _timed(FormatReward().score, example, [text]) == [{"overall": formatted}]
-    (pirl,) = _timed(PirlReward().score, example, [text])
+    assert FormatReward().score(example, [text]) == [{"overall": formatted}]
+    (pirl,) = PirlReward().score(example, [text])
     assert (pirl["overall"], pirl["correct"], pirl["format"]) == (overall, correct, formatted)
 
 
@@ -281,3 +290,107 @@ def test_format_reads_ordinary_completions_as_before(text, formatted, formatted_
     example = Example(id="q", prompt="", answer="4")
     assert FormatReward().score(example, [text]) == [{"overall": float(formatted)}]
     assert FormatReward(allow_boxed=False).score(example, [text]) == [{"overall": float(formatted_unboxed)}]
+
+
+# ---------------------------------------------------------------------------
+# growth: each kind of degenerate input at n and k·n (the larger is the case above, or past it)
+# ---------------------------------------------------------------------------
+
+
+def _both_rewards(text: str):
+    example = Example(id="q", prompt="", answer="1")
+    return FormatReward().score(example, [text]), PirlReward().score(example, [text])
+
+
+def _tower(base: str, top: str, height: int) -> str:
+    return "^{".join([base] * height) + "^{" + top + "}" * height if height else top
+
+
+def _sets(n: int) -> tuple[str, str]:
+    powers = [f"x^{{{k}}}" for k in range(n)]
+    return "\\{" + ",".join(powers) + "\\}", "\\{" + ",".join(reversed(powers)) + "\\}"
+
+
+# name -> (function, args at size n, n, k): timed at n and k·n
+GROWTH = {
+    "extract: nested \\boxed{ (cubic once: 800 levels, 65 s)":
+        (extract_outcome, lambda n: (_boxes(n),), 1250, 8),
+    "extract: <answer> around nested \\boxed{": (
+        extract_outcome, lambda n: (f"<answer>{_boxes(n)}</answer>",), 1250, 8),
+    "extract: random braces and backslashes (1 MB)":
+        (extract_outcome, lambda n: (_random("{}\\", n),), 1 << 17, 8),
+    "extract: plain text (1 MB)":
+        (extract_outcome, lambda n: ((_PLAIN * 6)[:n],), 1 << 17, 8),
+    "extract: <answer> tags": (extract_outcome, lambda n: ("<answer>" * n,), 6250, 8),
+    "extract: <answer> pairs, then the answer": (
+        extract_outcome, lambda n: ("<answer>1</answer>" * n + "<answer>42</answer>",), 1250, 8),
+    "extract: closes before an unclosed open":
+        (extract_outcome, lambda n: ("</answer>" * n + "<answer>5",), 1250, 8),
+    "extract: opens, then closes":
+        (extract_outcome, lambda n: ("<answer>" * n + "</answer>" * n,), 1250, 8),
+    "extract: \\frac nested": (extract_outcome, lambda n: (
+        "\\boxed{" + "\\frac{" * n + "1" + "}{2}" * n + "}",), 125, 8),
+    "extract: \\sqrt nested": (extract_outcome, lambda n: (
+        "\\boxed{" + "\\sqrt{" * n + "2" + "}" * n + "}",), 250, 8),
+    "extract: digits in a box": (extract_outcome, lambda n: ("\\boxed{" + "1" * n + "}",), 12_500, 8),
+    "extract: boxes in the final span": (extract_outcome, lambda n: ("\\boxed{1}" * n,), 8, 8),
+    "extract: 'or' alternatives": (extract_outcome, lambda n: (
+        "<answer>" + "1 or " * n + "1</answer>",), 500, 8),
+    "extract: spaces before an 'or' (27 s once at 20,000)": (extract_outcome, lambda n: (
+        "<answer>A" + " " * n + "x or B</answer>",), 2375, 8),
+    "extract: random LaTeX pieces": (extract_outcome, lambda n: ("".join(
+        random.Random(0).choice(["{", "}", "\\", "\\boxed{", "<answer>", " or ", "^{"])
+        for _ in range(n)),), 5000, 8),
+    "match: spaces in an answer": (match_outcome, lambda n: ("1" + " " * n + "x", "x^2+1"), 2375, 8),
+    "match: dots past the symbolic bound":
+        (match_outcome, lambda n: ("1" + "." * n + "x", "x^2+1"), 2375, 8),
+    "match: digits, one off": (match_outcome, lambda n: ("1" * n, "1" * (n - 1) + "2"), 250, 8),
+    "match: digits past the length bound":
+        (match_outcome, lambda n: ("1" * n, "1" * (n - 1) + "2"), 12_500, 8),
+    "match: digits with separators": (match_outcome, lambda n: (f"{int('1' * n):,}", "1" * n), 150, 8),
+    "match: \\frac nested": (match_outcome, lambda n: ("\\frac{" * n + "1" + "}{2}" * n, "1"), 125, 8),
+    "match: continued fraction x/(1+x/...) (50 s once at 20 deep)":
+        (match_outcome, lambda n: ("\\frac{x}{1+" * n + "x" + "}" * n, "x"), 3, 8),
+    "match: \\sqrt{1+\\sqrt{1+...}}": (match_outcome, lambda n: ("\\sqrt{1+" * n + "x" + "}" * n, "x"), 2, 8),
+    "match: \\sqrt nested vs a power of x": (match_outcome, lambda n: (
+        "\\sqrt{" * n + "x" + "}" * n, f"x^{{\\frac{{1}}{{{2 ** n}}}}}"), 2, 5),
+    "match: \\log_2 nested": (match_outcome, lambda n: ("\\log_{2}(" * n + "x" + ")" * n, "x"), 4, 8),
+    "match: sin^2+cos^2 terms (> 20 s once at 24)": (match_outcome, lambda n: ("+".join(
+        f"\\sin^2({k}x)+\\cos^2({k}x)" for k in range(1, n + 1)), str(n)), 3, 8),
+    "match: (x+y+z+w+1)^n (sin^2+cos^2), 135,751 terms at 40": (match_outcome, lambda n: (
+        f"(x+y+z+w+1)^{{{n}}}(\\sin^2 x+\\cos^2 x)", f"(x+y+z+w+1)^{{{n}}}"), 4, 10),
+    "match: a tower of 10s vs 10": (match_outcome, lambda n: (_tower("10", "10", n), "10"), 1, 3),
+    "match: a tower of 9s vs 9": (match_outcome, lambda n: (_tower("9", "9", n), "9"), 1, 3),
+    "match: a tower of e vs the same in y": (match_outcome, lambda n: (
+        _tower("e", "x", n), _tower("e", "y", n)), 2, 3),
+    "match: 2xy-style letter runs": (match_outcome, lambda n: ("".join(
+        f"2{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}+" for i in range(n)), "42"), 500, 8),
+    "match: random braces and backslashes (1 MB)":
+        (match_outcome, lambda n: (_random("{}\\", n), "1"), 1 << 17, 8),
+    "match: \\binom{n}{n/2}": (match_outcome, lambda n: (f"\\binom{{{n}}}{{{n // 2}}}", "1"), 1250, 8),
+    "match: a set of powers, reversed": (match_outcome, _sets, 8, 8),
+    "format, pirl: <think> (21 s once at 20,000)": (_both_rewards, lambda n: ("<think>" * n,), 2500, 8),
+    "format, pirl: </think>\\boxed{ (58 s once at 3,000)":
+        (_both_rewards, lambda n: ("<think>a" + "</think>\\boxed{" * n,), 375, 8),
+    "format, pirl: </think><answer>b</answer>x (11 s once at 8,000)":
+        (_both_rewards, lambda n: ("<think>a" + "</think><answer>b</answer>x" * n,), 1000, 8),
+    "format, pirl: \\boxed{ after a think block":
+        (_both_rewards, lambda n: ("<think>a</think>" + "\\boxed{" * n,), 1000, 8),
+    "format, pirl: tag floods (1 MB)": (_both_rewards, lambda n: (
+        "<think>a</think><answer>" + _flood("</answer>", n),), 1 << 17, 8),
+    "format, pirl: spaced think blocks (1 MB)":
+        (_both_rewards, lambda n: (_flood("< think >a< / think >", n),), 1 << 17, 8),
+    "accuracy: nested \\boxed{ around the answer": (lambda text: AccuracyReward().score(
+        Example(id="q", prompt="", answer="42"), [text]), lambda n: (_boxes(n, "42"),), 1250, 8),
+}
+
+
+@pytest.mark.parametrize("name", GROWTH)
+def test_work_grows_at_most_linearly_with_the_input(name):
+    """CPU time at k·n against n: a superlinear blow-up fails on any machine, a busy one cannot."""
+    fn, make, n, k = GROWTH[name]
+    small, large = make(n), make(k * n)
+    t_small, t_large = _cpu(fn, small), _cpu(fn, large)
+    allowed = MAX_RATIO * max(t_small, FLOOR_S)
+    assert t_large <= allowed, (f"{name}: {t_large * 1e3:.1f} ms of CPU at {k}·n against "
+                                f"{t_small * 1e3:.1f} ms at n={n} (at most {allowed * 1e3:.0f} ms)")

@@ -21,6 +21,7 @@ from mmrlvr.methods.cliff.shaper import (
     cliff_token,
     parse_step_number,
 )
+from mmrlvr.core.types import Scores
 from mmrlvr.algo.shaping import ShapeContext, build, token_credit
 from mmrlvr.data import Example
 
@@ -72,8 +73,7 @@ def _ctx(policy, texts, correct, group_size, examples):
     roll, mask = _rollouts(policy.tokenizer, texts, group_size)
     scores = [[{"overall": c, "accuracy": c} for c in correct[b:b + group_size]]
               for b in range(0, len(texts), group_size)]
-    rewards_ = torch.tensor([[s["overall"] for s in g] for g in scores])
-    return ShapeContext(roll, scores, rewards_, mask, examples, None,
+    return ShapeContext(roll, scores, mask, examples, None,
                         SimpleNamespace(tokenizer=policy.tokenizer)), mask
 
 
@@ -140,7 +140,7 @@ def test_bad_options_are_clear_errors(options, message):
 
 def test_a_missing_correct_key_names_the_option(policy):
     ctx, mask = _ctx(policy, [RIGHT, WRONG], [1.0, 0.0], 2, [EX])
-    ctx.scores = [[{"overall": 1.0}, {"overall": 0.0}]]
+    ctx.scores = Scores([[{"overall": 1.0}, {"overall": 0.0}]])
     (cliff,) = build([{"name": "cliff"}])
     with pytest.raises(KeyError, match=r"correct_key 'accuracy'.*struct_steps/acc"):
         token_credit(torch.tensor([0.5, -0.5]), mask, 0.2, 0.28, [cliff], ctx)

@@ -25,12 +25,13 @@ from mmrlvr.methods.ncgrpo.branching import (
 from mmrlvr.methods.ncgrpo.plugin import LatentNoise
 from mmrlvr.rollout import SamplingParams, make_engine
 from mmrlvr.rollout.base import BRANCHINGS, make_branching
+from mmrlvr.core.types import Scores
 from mmrlvr.rollout.diversity import normalised_edit, rollout_metrics
 
 
 def branch_metrics(roll, scores):
     """What the trainer logs for an NC-GRPO run: the core's rollout/* figures, then branch/*."""
-    return rollout_metrics(roll, scores, LatentNoise({"kind": "latent_noise"}))
+    return rollout_metrics(roll, Scores(scores), LatentNoise({"kind": "latent_noise"}))
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 G = 4                       # 2 clean + 2 noisy per group at fraction 0.5
@@ -395,7 +396,7 @@ def test_group_diversity_metrics_by_hand():
     roll.branch = ["clean"] * 8
     plain = branch_metrics(roll, scores)
     assert not [k for k in plain if k.startswith("branch/")]
-    assert plain == rollout_metrics(roll, scores)                # as a run without the plug-in
+    assert plain == rollout_metrics(roll, Scores(scores))        # as a run without the plug-in
     assert plain["rollout/pairwise_edit"] == m["rollout/pairwise_edit"]
     assert "rollout/pass_at_group" not in branch_metrics(roll, [[{"overall": 1.0}] * G] * 2)
 

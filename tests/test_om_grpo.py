@@ -143,7 +143,7 @@ def test_answer_tokens_get_weight_zero_on_the_tiny_tokenizer(policy):
     roll = SimpleNamespace(completion_ids=ids, texts=[], group_size=3)
     adv = torch.tensor([1.0, -0.5, 0.25])
     credit, stats = token_credit(adv, mask, 0.2, 0.28, [om],
-                                 ShapeContext(roll, [], torch.zeros(1, 3), mask, policy=policy))
+                                 ShapeContext(roll, [], mask, policy=policy))
     assert torch.equal(credit.weights, (~masked).float())       # not rescaled
     assert stats["shaping/om_grpo/masked_frac"] == pytest.approx(sum(map(len, want)) / mask.sum().item())
     assert stats["shaping/om_grpo/rows_masked_frac"] == 1.0
@@ -159,7 +159,7 @@ def test_om_grpo_without_an_answer_span_is_plain_grpo_bit_for_bit(policy):
     (om,) = build([{"name": "om_grpo"}])
     roll = SimpleNamespace(completion_ids=ids, texts=[], group_size=1)
     credit, stats = token_credit(torch.tensor([0.7]), mask, 0.2, 0.28, [om],
-                                 ShapeContext(roll, [], torch.zeros(1, 1), mask, policy=policy))
+                                 ShapeContext(roll, [], mask, policy=policy))
     assert stats["shaping/om_grpo/masked_frac"] == 0.0
     logp = torch.randn(ids.shape, generator=torch.Generator().manual_seed(0))
     old = logp + 0.05
@@ -167,7 +167,7 @@ def test_om_grpo_without_an_answer_span_is_plain_grpo_bit_for_bit(policy):
     shaped, _ = grpo_loss(logp, old, mask=mask, **credit.rows([0], ids.shape[1]))
     assert torch.equal(plain, shaped)
     with pytest.raises(ValueError, match="tokenizer"):
-        om.shape(credit, ShapeContext(roll, [], torch.zeros(1, 1), mask))
+        om.shape(credit, ShapeContext(roll, [], mask))
     with pytest.raises(TypeError, match="include_tags"):
         build([{"name": "om_grpo", "include_tags": "yes"}])
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import modalities
-from mmrlvr.methods.opdvr.shaper import OPDVR, gated_gap, rollout_correct
+from mmrlvr.core.types import Scores
+from mmrlvr.methods.opdvr.shaper import OPDVR, gated_gap
 from mmrlvr.algo.shaping import SHAPERS, ShapeContext, build, token_credit
 
 TEACHER = torch.tensor([[-1.0, -0.5, -2.0], [-0.2, -3.0, -1.0], [-1.0, -1.0, -1.0]])   # [3, 3]
@@ -36,16 +37,16 @@ def test_the_gate_keeps_approval_on_correct_and_disapproval_on_incorrect_rollout
 def test_correctness_reads_accuracy_else_overall():
     scores = [[{"overall": 0.95, "accuracy": 0.0}, {"overall": 0.1, "accuracy": 1.0}],
               [{"overall": 0.6}, {"overall": 0.4}]]
-    assert rollout_correct(scores, 0.5).tolist() == [False, True, True, False]
+    assert Scores(scores).correct("accuracy", 0.5).flatten().tolist() == [False, True, True, False]
 
 
 def test_opdvr_adds_coef_times_the_gated_gap_to_the_token_advantages():
-    scores = [[{"overall": 1.0, "accuracy": 1.0}, {"overall": 0.1, "accuracy": 0.0}],
-              [{"overall": 0.9, "accuracy": 1.0}]]          # B=2 groups flattened: rows 0, 1 | 2
+    scores = [[{"overall": 1.0, "accuracy": 1.0}, {"overall": 0.1, "accuracy": 0.0},
+               {"overall": 0.9, "accuracy": 1.0}]]          # one group of 3: rows 0, 1, 2
     adv = torch.tensor([0.7, -0.7, 0.0])
     (shaper,) = [FakeTeacher(teacher="unused", coef=0.5)]
-    roll = SimpleNamespace(group_size=2)
-    ctx = ShapeContext(roll, scores, torch.zeros(2, 2), MASK, policy=object())
+    roll = SimpleNamespace(group_size=3)
+    ctx = ShapeContext(roll, scores, MASK, policy=object())
     credit, stats = token_credit(adv, MASK, 0.2, 0.28, [shaper], ctx)
     want = torch.tensor([[0.7 + 0.25, 0.7, 0.7],            # correct: + 0.5·max(d, 0)
                          [-0.7, -0.7 - 1.0, -0.7],          # incorrect: + 0.5·min(d, 0); pad kept
@@ -156,7 +157,7 @@ def test_a_privileged_teacher_scores_the_teacher_prompt(tiny_vl, tmp_path_factor
     rollouts = make_engine("hf", policy).generate(batch, SamplingParams(n=2, max_new_tokens=6))
     mask = rollouts.completion_mask
     scores = [[{"overall": 1.0}, {"overall": 0.0}], [{"overall": 0.0}, {"overall": 1.0}]]
-    ctx = ShapeContext(rollouts, scores, torch.zeros(2, 2), mask, examples, batch, policy)
+    ctx = ShapeContext(rollouts, scores, mask, examples, batch, policy)
     teacher, student, _ = OPDVR(teacher="privileged", micro_batch=3).token_logprobs(ctx)
     # by hand: whole rows through completion_logprobs under each prompt, temperature 1
     rows, width = [0, 0, 1, 1], int(mask.sum(dim=1).max())

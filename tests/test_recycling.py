@@ -11,7 +11,7 @@ import torch
 
 from mmrlvr import objectives
 from mmrlvr.data import load_jsonl
-from mmrlvr.algo.shaping import is_correct
+from mmrlvr.core.types import Scores
 from mmrlvr.objectives import StepContext
 from mmrlvr.methods.structreward.recycling import Recycling, build_instances, collate
 from mmrlvr.rollout import SamplingParams, make_engine
@@ -21,7 +21,7 @@ BRIDGE = "Wait, let me check again."
 
 
 def _scores(flags):
-    return [[{"overall": float(f), "accuracy": float(f)} for f in group] for group in flags]
+    return Scores([[{"overall": float(f), "accuracy": float(f)} for f in group] for group in flags])
 
 
 # ----------------------------------------------------------------------------- instances
@@ -57,10 +57,18 @@ def test_mixed_groups_give_pairs_and_self_corrections_round_robin():
 
 
 def test_correct_is_the_named_component_else_the_overall_reward():
-    assert is_correct({"overall": 0.1, "accuracy": 1.0}, "accuracy", 0.5)
-    assert not is_correct({"overall": 0.9, "accuracy": 0.0}, "accuracy", 0.5)
-    assert is_correct({"overall": 1.2}, "accuracy", 1.0)          # no accuracy component
-    assert not is_correct({"overall": 0.45, "struct_steps": 0.45}, "struct_steps", 1.0)
+    def correct(score, key, threshold, **kw):
+        return bool(Scores([[score]]).correct(key, threshold, **kw)[0, 0])
+    assert correct({"overall": 0.1, "accuracy": 1.0}, "accuracy", 0.5)
+    assert not correct({"overall": 0.9, "accuracy": 0.0}, "accuracy", 0.5)
+    assert correct({"overall": 1.2}, "accuracy", 1.0)            # no accuracy component
+    assert not correct({"overall": 0.45, "struct_steps": 0.45}, "struct_steps", 1.0)
+    with pytest.raises(KeyError, match="'accuracy' is not among the step's reward parts"):
+        correct({"overall": 1.2}, "accuracy", 1.0, strict=True)
+    scores = Scores([[{"overall": float("nan"), "a": 1.0}, {"overall": 2.0, "a": 0.0}]])
+    assert scores.nonfinite.tolist() == [[True, False]] and scores.total.tolist() == [[0.0, 2.0]]
+    assert scores.keys == ["a"] and scores.values("a") == [1.0, 0.0] and len(scores) == 1
+    assert Scores([]).total.shape == (0, 0) and Scores([]).keys == []
 
 
 def test_collate_attends_to_the_context_but_supervises_the_target_only():

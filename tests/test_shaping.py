@@ -15,8 +15,7 @@ def ctx(texts, scores, mask, group_size, entropy=None, sample_logprobs=None):
     stats = {} if entropy is None else {"token_entropy": entropy}
     roll = SimpleNamespace(texts=texts, group_size=group_size, stats=stats,
                            sample_logprobs=sample_logprobs)
-    rewards = torch.tensor([[s["overall"] for s in g] for g in scores])
-    return ShapeContext(roll, scores, rewards, mask)
+    return ShapeContext(roll, scores, mask)
 
 
 def test_no_plugin_leaves_the_sequence_advantages_untouched():

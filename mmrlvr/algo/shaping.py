@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from mmrlvr.core.registry import Registry
+from mmrlvr.core.types import Scores
 
 STAGES = ("advantage", "tokens", "clip")
 
@@ -51,18 +52,16 @@ class ShapeContext:
     """What a plug-in may read about the step."""
 
     rollouts: Any                        # Rollouts: texts, completion_ids/mask [N, C], stats
-    scores: list[list[dict[str, float]]]  # [B][G] reward dicts
-    rewards: torch.Tensor                # [B, G] totals
+    scores: Scores                       # [B][G] parts, totals, correct()
     mask: torch.Tensor                   # [N, C] completion tokens
     examples: list[Any] = field(default_factory=list)   # [B] the step's Examples
     prompts: Any = None                  # the PromptBatch the rollouts were sampled from
     policy: Any = None                   # the Policy (tokenizer, logprobs) for methods that score
     progress: float = 0.0                # step / total steps
 
-
-def is_correct(score: dict[str, float], correct_key: str, threshold: float) -> bool:
-    """`score[correct_key] >= threshold` when the key is there, else `overall >= threshold`."""
-    return score.get(correct_key, score["overall"]) >= threshold
+    def __post_init__(self) -> None:
+        if not isinstance(self.scores, Scores):      # [B][G] dicts, as a plug-in's test builds them
+            self.scores = Scores(self.scores)
 
 
 class Shaper(Protocol):

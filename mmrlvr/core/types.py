@@ -49,6 +49,64 @@ class Rollouts:
 
 
 
+@dataclass
+class Scores:
+    """One step's rewards, B groups of G completions, built once from what the rewards returned,
+    so a hook reads fields instead of walking dicts, and "correct" is decided in one place.
+
+    `parts[b][g]` is completion g of prompt b's dict as the reward layer gave it: each reward's
+    named parts (`accuracy`, `format`, `struct_steps/acc`, ...) and `overall`, their weighted
+    total. `total` [B, G] is `overall` with non-finite values set to 0 (`nonfinite` says where:
+    user rewards are caught before this, so it is a guard, not a path).
+    """
+
+    parts: list[list[dict[str, float]]]
+    total: torch.Tensor = field(init=False)        # [B, G] float32
+    nonfinite: torch.Tensor = field(init=False)    # [B, G] bool
+
+    def __post_init__(self) -> None:
+        raw = torch.tensor([[s["overall"] for s in group] for group in self.parts])
+        if raw.dim() < 2:                          # no groups: an empty [0, 0]
+            raw = raw.reshape(len(self.parts), 0)
+        self.nonfinite = ~torch.isfinite(raw)
+        self.total = raw.masked_fill(self.nonfinite, 0.0)
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    @property
+    def flat(self) -> list[dict[str, float]]:
+        """The N = B·G dicts, prompt-major (row b·G + g)."""
+        return [s for group in self.parts for s in group]
+
+    @property
+    def keys(self) -> list[str]:
+        """The part names besides `overall`, in the order the rewards gave them."""
+        return [k for k in self.parts[0][0] if k != "overall"] if self.parts and self.parts[0] else []
+
+    def has(self, key: str) -> bool:
+        return bool(self.parts and self.parts[0]) and key in self.parts[0][0]
+
+    def values(self, key: str) -> list[float]:
+        """Part `key` of the N completions, prompt-major."""
+        return [s[key] for s in self.flat]
+
+    def correct(self, key: str = "accuracy", threshold: float = 0.5, strict: bool = False
+                ) -> torch.Tensor:
+        """[B, G] bool: completion (b, g) counts as correct when part `key` is >= `threshold`, or,
+        where its rewards have no such part, when `overall` is (`strict`: a KeyError naming the
+        parts instead). The one rule every method that asks "was it right?" uses."""
+        missing = next((s for s in self.flat if key not in s), None)
+        if strict and missing is not None:
+            raise KeyError(f"{key!r} is not among the step's reward parts {sorted(missing)}")
+        return torch.tensor([[s.get(key, s["overall"]) >= threshold for s in group]
+                             for group in self.parts], dtype=torch.bool).reshape(len(self.parts), -1)
+
+    def groups(self, index: list[int]) -> Scores:
+        """The scores of groups `index`, in that order."""
+        return Scores([self.parts[b] for b in index])
+
+
 class ModalityAdapter(Protocol):
     """Every method the core calls on a modality adapter. `modalities.base.Adapter` implements
     the shared ones; `modalities.get(name)` returns one."""

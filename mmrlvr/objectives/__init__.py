@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import torch
 
 from mmrlvr.core.registry import Registry
+from mmrlvr.core.types import Scores
 
 
 @dataclass
@@ -20,12 +21,16 @@ class StepContext:
 
     policy: Any
     rollouts: Any
-    scores: list[list[dict[str, float]]]   # [B][G]
+    scores: Scores                        # [B][G] parts, totals, correct()
     advantages: torch.Tensor               # [B*G]
     step: int
     total_steps: int
     run_dir: Any = None
     ref_model: Any = None                  # frozen model.path weights, where loaded (beta > 0 or asked)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scores, Scores):      # [B][G] dicts, as a plug-in's test builds them
+            self.scores = Scores(self.scores)
 
 
 class Objective(Protocol):

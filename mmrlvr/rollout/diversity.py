@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmrlvr.core.types import Rollouts
+from mmrlvr.core.types import Rollouts, Scores
 from mmrlvr.rollout.base import RolloutBranching
 
 EDIT_MAX_TOKENS = 256
@@ -74,7 +74,7 @@ def completion_tokens(rollouts: Rollouts) -> list[list[int]]:
             for r in range(len(rollouts.texts))]
 
 
-def rollout_metrics(rollouts: Rollouts, scores: list[list[dict[str, float]]],
+def rollout_metrics(rollouts: Rollouts, scores: Scores,
                     branching: RolloutBranching | None = None) -> dict[str, float]:
     """Per-step exploration figures of one batch of rollouts and their scores ([B][G] dicts).
 
@@ -88,12 +88,12 @@ def rollout_metrics(rollouts: Rollouts, scores: list[list[dict[str, float]]],
     """
     groups = group_rows(rollouts)
     answers = final_answers(rollouts)
-    flat = [s for group in scores for s in group]                                # [N]
+    flat = scores.flat                                                          # [N]
     out = {"rollout/distinct_answers": float(np.mean([distinct(answers, g) for g in groups]))}
     edits = normalised_edit(completion_tokens(rollouts), group_pairs(groups))
     if len(edits):
         out["rollout/pairwise_edit"] = float(edits.mean())
-    if flat and "accuracy" in flat[0]:
+    if scores.has("accuracy"):
         out["rollout/pass_at_group"] = float(np.mean([any(flat[i]["accuracy"] > 0 for i in g)
                                                       for g in groups]))
     entropy = rollouts.stats.get("first_token_entropy")                         # [N] or absent

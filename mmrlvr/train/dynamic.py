@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mmrlvr.core.types import Rollouts
+from mmrlvr.core.types import Rollouts, Scores
 from mmrlvr.rollout.base import truncated_rows
 
 
@@ -30,7 +30,7 @@ class Drawn:
     examples: list[Any]
     indices: list[int]
     rollouts: Rollouts
-    scores: list[list[dict[str, float]]]
+    scores: Scores
     stats: dict[str, float] = field(default_factory=dict)
 
 
@@ -50,7 +50,7 @@ def collect(run: Any, draw, share: int) -> Drawn:
         draws += 1
         for key in seconds:
             seconds[key] += batch.stats.get(key, 0.0)
-        for b, group in enumerate(batch.scores):
+        for b, group in enumerate(batch.scores.parts):
             (kept if has_spread(group) else flat).append((batch, b))
         short = d.gather(len(kept) < share)
         if not any(short) or draws > cfg.train.dynamic_max_draws:
@@ -94,7 +94,7 @@ def merge(run: Any, chosen: list[tuple[Drawn, int]]) -> Drawn:
                         sample_logprobs=logp, texts=[r.texts[i] for r, i in rows],
                         branch=[r.branch[i] for r, i in rows], stats=stats)
     return Drawn(examples, [batch.indices[b] for batch, b in chosen], rollouts,
-                 [batch.scores[b] for batch, b in chosen])
+                 Scores([batch.scores.parts[b] for batch, b in chosen]))
 
 
 def _pad(row: torch.Tensor, width: int, value: float) -> torch.Tensor:

@@ -31,6 +31,7 @@ from mmrlvr.algo.shaping import ShapeContext, token_credit
 from mmrlvr.config import Config, to_dict
 from mmrlvr.core.errors import TrainingError
 from mmrlvr.core.templates import apply_templates
+from mmrlvr.core.types import Scores
 from mmrlvr.rollout import SamplingParams
 from mmrlvr.rollout.base import truncated_rows
 from mmrlvr.rollout.diversity import rollout_metrics
@@ -61,9 +62,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     prompts = rollouts.prompts
     t1 = t0 + drawn.stats["time/rollout_s"]
 
-    rewards = torch.tensor([[s["overall"] for s in group] for group in scores])   # [B, G]
-    nonfinite = ~torch.isfinite(rewards)                  # user rewards were caught already
-    rewards = rewards.masked_fill(nonfinite, 0.0)
+    rewards, nonfinite = scores.total, scores.nonfinite                         # [B, G]
     advantages = group_advantages(rewards, cfg.algo.advantage, cfg.algo.eps, d.all_sum)  # [B, G]
     if cfg.algo.mask_truncated:           # DAPO's overlong filtering: no gradient from them
         cut = truncated_rows(rollouts.completion_ids, rollouts.completion_mask, policy.eos_ids)
@@ -73,7 +72,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
 
     credit, shaped = token_credit(advantages.flatten(), rollouts.completion_mask, cfg.algo.clip_low,
                                   cfg.algo.clip_high, run.shapers,
-                                  ShapeContext(rollouts, scores, rewards, rollouts.completion_mask,
+                                  ShapeContext(rollouts, scores, rollouts.completion_mask,
                                                examples, prompts, policy, progress))
     update = policy_update(run, rollouts, advantages.flatten(), scores, step, credit)
     t3 = time.perf_counter()
@@ -85,9 +84,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
         metrics["reward/nonfinite_frac"] = float(nonfinite.float().mean())
     if cfg.algo.mask_truncated:
         metrics["update/truncated_masked_frac"] = float(cut.float().mean())
-    for key in scores[0][0]:
-        if key != "overall":
-            metrics[f"reward/{key}"] = float(np.mean([s[key] for g in scores for s in g]))
+    for key in scores.keys:
+        metrics[f"reward/{key}"] = float(np.mean(scores.values(key)))
     lengths = rollouts.completion_mask.sum(dim=1).float()
     metrics.update({
         "response/length_mean": float(lengths.mean()), "response/length_max": float(lengths.max()),
@@ -123,11 +121,11 @@ def draw_batch(run: Run, step: int, template_rng: random.Random) -> dynamic.Draw
     G = cfg.rollout.group_size
     rows = [range(b * G, (b + 1) * G) for b in range(len(examples))]
     ids, kept = rollouts.completion_ids, rollouts.completion_mask.bool()
-    scores = run.reward.score_groups(     # a user reward's async calls: every group at once
+    scores = Scores(run.reward.score_groups(     # a user reward's async calls: every group at once
         examples, [[rollouts.texts[r] for r in group] for group in rows],
         progress=step / max(cfg.train.steps, 1),
-        completion_ids=[[ids[r][kept[r]].tolist() for r in group] for group in rows])
-    failures = d.gather(run.reward.all_failed(scores))   # decided together: no rank waits alone
+        completion_ids=[[ids[r][kept[r]].tolist() for r in group] for group in rows]))
+    failures = d.gather(run.reward.all_failed(scores.parts))   # decided together: no rank waits alone
     if all(failures):
         raise RewardError(failures[0])
     if hasattr(run.sampler, "observe"):
@@ -136,11 +134,11 @@ def draw_batch(run: Run, step: int, template_rng: random.Random) -> dynamic.Draw
                          {"time/rollout_s": t1 - t0, "time/reward_s": time.perf_counter() - t1})
 
 
-def verifier_metrics(scores: list[list[dict[str, float]]]) -> dict[str, float]:
+def verifier_metrics(scores: Scores) -> dict[str, float]:
     """What the verifier saw this step, from the accuracy-style parts' own outputs (`parsed`,
     `too_complex`): the share of completions with no extractable answer, and of answers past its
     size caps."""
-    flat = [s for group in scores for s in group]
+    flat = scores.flat
     out = {}
     for field, metric in (("parsed", "verify/parse_fail_rate"), ("too_complex", "verify/too_complex_rate")):
         keys = [k for k in flat[0] if k.endswith(f"/{field}")] if flat else []
@@ -310,12 +308,12 @@ def ranks_in_sync(run: Run) -> bool | None:
     return True
 
 
-def observe_outcomes(run: Run, indices: list[int], scores: list[list[dict[str, float]]]) -> None:
+def observe_outcomes(run: Run, indices: list[int], scores: Scores) -> None:
     """Feed a sampler that learns from outcomes (`train.sampler: difficulty`) each prompt's
     successes: the `accuracy` part of its members' rewards where the run scores one, else the
     total clipped to [0, 1]."""
-    key = "accuracy" if scores and "accuracy" in scores[0][0] else "overall"
-    wins = [sum(min(max(s[key], 0.0), 1.0) for s in group) for group in scores]
+    key = "accuracy" if scores.has("accuracy") else "overall"
+    wins = [sum(min(max(s[key], 0.0), 1.0) for s in group) for group in scores.parts]
     parts = run.dist.gather((indices, wins))
     run.sampler.observe([i for p in parts for i in p[0]], [w for p in parts for w in p[1]],
                         run.cfg.rollout.group_size)

@@ -44,8 +44,9 @@ from typing import Any
 import torch
 
 import rewards
-from mmrlvr.core.chat_client import ChatError, chat_completion, endpoint_of
 from mmrlvr.algo.shaping import ShapeContext, TokenCredit
+from mmrlvr.core.chat_client import ChatError, chat_completion, endpoint_of
+from mmrlvr.core.types import Scores
 
 JUDGES = ("rule", "http", "model")
 PROMPT = """You check a student's solution step by step.
@@ -202,19 +203,22 @@ class Cliff:
         else:
             self.judge = ModelJudge(path, max_new_tokens)
 
-    def _incorrect(self, score: dict[str, float]) -> bool:
-        if self.correct_key not in score:
-            raise KeyError(f"cliff: correct_key {self.correct_key!r} is not in the step's reward "
-                           f"components {sorted(score)}; set algo.shaping[].correct_key (e.g. "
-                           f"'accuracy' with an accuracy reward, or 'struct_steps/acc')")
-        return score[self.correct_key] < self.threshold
+    def _incorrect(self, scores: Scores) -> list[bool]:
+        """[N], prompt-major: which completions the step's rewards count as wrong."""
+        try:
+            return (~scores.correct(self.correct_key, self.threshold, strict=True)).flatten().tolist()
+        except KeyError as err:
+            raise KeyError(f"cliff: correct_key {self.correct_key!r}: {err.args[0]}; set "
+                           f"algo.shaping[].correct_key (e.g. 'accuracy' with an accuracy reward, or "
+                           f"'struct_steps/acc')") from None
 
     def shape(self, credit: TokenCredit, ctx: ShapeContext) -> dict[str, float]:
         G, adv, mask = ctx.rollouts.group_size, credit.advantages, ctx.mask.bool()   # [N, C]
         judged, skipped, positions, shaped, fails = 0, 0, [], [], {}
+        wrong = self._incorrect(ctx.scores)
         for r, text in enumerate(ctx.rollouts.texts):
             n = int(mask[r].sum())
-            if not n or not self._incorrect(ctx.scores[r // G][r % G]) or adv[r, :n].mean() >= 0:
+            if not n or not wrong[r] or adv[r, :n].mean() >= 0:
                 continue
             judged += 1
             if sum(fails.values()) >= self.max_failures:

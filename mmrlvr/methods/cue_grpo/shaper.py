@@ -17,11 +17,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from mmrlvr.algo.shaping import ShapeContext, TokenCredit, is_correct
+from mmrlvr.algo.shaping import ShapeContext, TokenCredit
 from rewards.verify import extract_answer
 
 _OPS = re.compile(r"[+\-*/×÷=<>^]")
-_THINK = re.compile(r"<think>(.*?)</think>", re.S)
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 
 def answer_form(answer: str | None) -> str:
@@ -60,9 +60,9 @@ class CueGRPO:
         G = ctx.rollouts.group_size
         adv = credit.advantages                                                     # [N, C]
         clusters, moved = [], 0
-        for b, group in enumerate(ctx.scores):
-            rows = [b * G + g for g, s in enumerate(group)
-                    if is_correct(s, self.correct_key, self.threshold) and adv[b * G + g, 0] > 0]
+        correct = ctx.scores.correct(self.correct_key, self.threshold)             # [B, G]
+        for b in range(len(ctx.scores)):
+            rows = [b * G + g for g in range(G) if correct[b, g] and adv[b * G + g, 0] > 0]
             if len(rows) < 2:
                 continue
             cues = {r: strategy_cue(ctx.rollouts.texts[r]) for r in rows}

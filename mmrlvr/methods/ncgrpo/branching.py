@@ -52,8 +52,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from mmrlvr.rollout.diversity import completion_tokens, distinct, final_answers, group_pairs, \
-    group_rows, normalised_edit
+from mmrlvr.core.types import Scores
+from mmrlvr.rollout.diversity import (
+    completion_tokens,
+    distinct,
+    final_answers,
+    group_pairs,
+    group_rows,
+    normalised_edit,
+)
 
 KINDS = ("latent_noise",)
 SITES = ("last_layer_input", "final_hidden")
@@ -287,7 +294,7 @@ def latent_noise(model: nn.Module, plan: NoisePlan | None,
                            f"site {plan.site!r} of {type(model).__name__} is not on the generate path")
 
 
-def branch_metrics(rollouts, scores: list[list[dict[str, float]]]) -> dict[str, float]:
+def branch_metrics(rollouts, scores: Scores) -> dict[str, float]:
     """NC-GRPO's per-step figures of one batch of rollouts and their scores ([B][G] dicts),
     logged after the core's `rollout/*` ones (`mmrlvr.rollout.diversity.rollout_metrics`).
 
@@ -302,7 +309,7 @@ def branch_metrics(rollouts, scores: list[list[dict[str, float]]]) -> dict[str, 
     groups = group_rows(rollouts)
     answers = final_answers(rollouts)
     seqs = completion_tokens(rollouts)
-    flat = [s for group in scores for s in group]                                # [N]
+    flat = scores.flat                                                          # [N]
     entropy = rollouts.stats.get("first_token_entropy")                         # [N] or absent
     out = {"branch/noisy_frac": branch.count("noisy") / len(branch)}
     for tag in ("clean", "noisy"):

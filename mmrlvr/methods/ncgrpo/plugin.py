@@ -34,7 +34,7 @@ class LatentNoise:
     def plan(self, n_prompts: int, group_size: int) -> NoisePlan:
         return make_plan(self.config, n_prompts, group_size)
 
-    def metrics(self, rollouts, scores: list[list[dict[str, float]]]) -> dict[str, float]:
+    def metrics(self, rollouts, scores) -> dict[str, float]:
         return branch_metrics(rollouts, scores)
 
     # -- the vLLM engine ------------------------------------------------------------------------

@@ -45,7 +45,7 @@ import time
 
 import torch
 
-from mmrlvr.algo.shaping import ShapeContext, TokenCredit, is_correct
+from mmrlvr.algo.shaping import ShapeContext, TokenCredit
 
 PRIVILEGED = "privileged"
 
@@ -58,12 +58,6 @@ def gated_gap(teacher_logp: torch.Tensor, student_logp: torch.Tensor, correct: t
     d = (teacher_logp - student_logp).masked_fill(~m, 0.0)                      # [N, C]
     gated = torch.where(correct.bool().unsqueeze(1), d.clamp(min=0.0), d.clamp(max=0.0))  # [N, C]
     return gated, d
-
-
-def rollout_correct(scores: list[list[dict[str, float]]], threshold: float) -> torch.Tensor:
-    """[B*G] bool, prompt-major: `accuracy` (else `overall`) >= threshold."""
-    return torch.tensor([is_correct(s, "accuracy", threshold) for group in scores for s in group],
-                        dtype=torch.bool)
 
 
 class OPDVR:
@@ -88,12 +82,12 @@ class OPDVR:
 
     def shape(self, credit: TokenCredit, ctx: ShapeContext) -> dict[str, float]:
         mask = ctx.mask.bool()                                                      # [N, C]
-        correct = rollout_correct(ctx.scores, self.threshold)                       # [N]
+        correct = ctx.scores.correct("accuracy", self.threshold).flatten()          # [N]
         teacher, student, times = self.token_logprobs(ctx)                          # [N, C] each
         gated, d = gated_gap(teacher, student, correct, mask)
         credit.advantages += self.coef * gated.to(credit.advantages)
         ok, bad = mask & correct.unsqueeze(1), mask & ~correct.unsqueeze(1)
-        mean = lambda t, m: float(t[m].mean()) if m.any() else 0.0                  # noqa: E731
+        mean = lambda t, m: float(t[m].mean()) if m.any() else 0.0
         return {"d_correct_mean": mean(gated, ok), "d_incorrect_mean": mean(gated, bad),
                 "d_mean": mean(d, mask), "changed_frac": mean((self.coef * gated != 0).float(), mask),
                 "correct_frac": float(correct.float().mean()), **times}
@@ -168,4 +162,4 @@ class OPDVR:
         return model
 
 
-__all__ = ["OPDVR", "gated_gap", "rollout_correct"]
+__all__ = ["OPDVR", "gated_gap"]

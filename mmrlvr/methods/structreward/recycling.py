@@ -37,8 +37,7 @@ from pathlib import Path
 
 import torch
 
-from mmrlvr.algo.shaping import is_correct
-from mmrlvr.core.types import select
+from mmrlvr.core.types import Scores, select
 
 
 @dataclass
@@ -74,7 +73,7 @@ def _key(kind: str, example_id: str, context: str, target: str) -> str:
     return hashlib.sha1(blob.encode("utf-8")).hexdigest()[:16]
 
 
-def build_instances(texts: list[str], scores: list[list[dict[str, float]]], group_size: int,
+def build_instances(texts: list[str], scores: Scores, group_size: int,
                     example_ids: list[str], *, pairs: bool = True, self_correction: bool = True,
                     bridge: str = "Wait, let me check again.", correct_key: str = "accuracy",
                     threshold: float = 0.5, max_per_step: int = 8
@@ -83,12 +82,12 @@ def build_instances(texts: list[str], scores: list[list[dict[str, float]]], grou
     G = group_size
     per_group: list[list[Instance]] = []
     mixed = 0
-    for b, group in enumerate(scores):
+    correct = scores.correct(correct_key, threshold)                                # [B, G]
+    for b in range(len(scores)):
         rows = range(b * G, (b + 1) * G)
-        right = _distinct([r for r, s in zip(rows, group) if is_correct(s, correct_key, threshold)
-                           and texts[r].strip()], texts)
-        wrong = _distinct([r for r, s in zip(rows, group)
-                           if not is_correct(s, correct_key, threshold)], texts)
+        right = _distinct([r for r, ok in zip(rows, correct[b].tolist()) if ok and texts[r].strip()],
+                          texts)
+        wrong = _distinct([r for r, ok in zip(rows, correct[b].tolist()) if not ok], texts)
         mixed += bool(right and wrong)
         ex_id = example_ids[b]
         candidates = []

@@ -33,127 +33,177 @@ def policy_update(run: Run, rollouts, advantages: torch.Tensor, scores, step: in
     the world size: DDP and FSDP2 average gradients over ranks, so the ranks' gradients then add
     up to the gradient of the whole batch, as one process with the whole batch would compute it.
     """
-    cfg, policy, d = run.cfg, run.policy, run.dist
-    G, T = rollouts.group_size, cfg.rollout.temperature
-    ids, mask = rollouts.completion_ids, rollouts.completion_mask                 # [N, C]
-    N = ids.shape[0]
-    total_tokens = max(d.all_sum(float(mask.sum())), 1.0)
-    total_seqs = int(d.all_sum(float(N)))
-    # every rank runs the same number of forwards and backwards: under several processes
-    # zero-advantage rows (which add nothing) are trained too; objectives run their own
-    needs_all = cfg.algo.beta > 0 or d.world > 1
-    credit = credit or TokenCredit(advantages, None, cfg.algo.clip_low, cfg.algo.clip_high)
-    moved = credit.advantages != 0                                                # [N] or [N, C]
-    moved = moved.any(dim=1) if moved.dim() == 2 else moved                       # [N]
-    rows = [r for r in range(N) if needs_all or moved[r]]
-    if cfg.train.length_buckets:      # longest first: each micro-batch as wide as its own rows
-        lengths = mask.sum(dim=1).tolist()
-        rows.sort(key=lambda r: (-lengths[r], r))
-    mb = cfg.train.micro_batch
-    micro = [rows[i:i + mb] for i in range(0, len(rows), mb)]
+    update = Update(run, rollouts, advantages, scores, step, credit)
+    cause = "" if torch.isfinite(advantages).all() else "non-finite advantages"
+    for epoch in range(run.cfg.algo.ppo_epochs):
+        cause = update.epoch(epoch, cause)
+        if update.causes:
+            break
+    return update.summary()
 
-    def forward(batch_rows, model=None, **kw):
-        width = max(int(mask[batch_rows].sum(dim=1).max()), 1)                 # trim right padding
+
+class Update:
+    """One step's update, set up once (rows, micro-batches, fixed logprobs, the step's token
+    and sequence totals over all ranks), then run epoch by epoch."""
+
+    def __init__(self, run: Run, rollouts, advantages: torch.Tensor, scores, step: int,
+                 credit: TokenCredit | None):
+        cfg, d = run.cfg, run.dist
+        self.run, self.rollouts, self.advantages, self.scores, self.step = \
+            run, rollouts, advantages, scores, step
+        self.mask = rollouts.completion_mask                                        # [N, C]
+        N = rollouts.completion_ids.shape[0]
+        self.total_tokens = max(d.all_sum(float(self.mask.sum())), 1.0)
+        self.total_seqs = int(d.all_sum(float(N)))
+        self.credit = credit or TokenCredit(advantages, None, cfg.algo.clip_low, cfg.algo.clip_high)
+        self.rows = self._rows(N)
+        mb = cfg.train.micro_batch
+        self.micro = [self.rows[i:i + mb] for i in range(0, len(self.rows), mb)]
+        self.old, self.ref = self._fixed_logprobs()
+        self.stats: dict[str, list[float]] = {"loss/policy": [], "loss/clip_frac": [], "loss/kl": []}
+        self.entropy_sum, self.gap_sum, self.gap_max, self.token_count = 0.0, 0.0, 0.0, 0.0
+        self.grad_norm, self.causes = 0.0, []
+
+    def _rows(self, N: int) -> list[int]:
+        """The rows trained: every rank runs the same number of forwards and backwards, so under
+        several processes (or with a KL term) zero-advantage rows, which add nothing, train too;
+        objectives run their own."""
+        cfg = self.run.cfg
+        needs_all = cfg.algo.beta > 0 or self.run.dist.world > 1
+        moved = self.credit.advantages != 0                                         # [N] or [N, C]
+        moved = moved.any(dim=1) if moved.dim() == 2 else moved                     # [N]
+        rows = [r for r in range(N) if needs_all or moved[r]]
+        if cfg.train.length_buckets:      # longest first: each micro-batch as wide as its own rows
+            lengths = self.mask.sum(dim=1).tolist()
+            rows.sort(key=lambda r: (-lengths[r], r))
+        return rows
+
+    def forward(self, batch_rows: list[int], model=None, **kw):
+        """((logprobs, entropy), width) of rows `batch_rows`, trimmed to their longest completion."""
+        cfg, policy, rollouts = self.run.cfg, self.run.policy, self.rollouts
+        G, ids, mask = rollouts.group_size, rollouts.completion_ids, self.mask
+        width = max(int(mask[batch_rows].sum(dim=1).max()), 1)                   # trim right padding
         args = (rollouts.prompts, [r // G for r in batch_rows], ids[batch_rows, :width],
-                mask[batch_rows, :width], T)
+                mask[batch_rows, :width], cfg.rollout.temperature)
         if cfg.train.packing:                  # no completion padding: groups packed (packing.py)
             return packed_logprobs(policy, *args, model=model, **kw), width
         return policy.rollout_logprobs(*args, model=model, **kw), width
 
-    old, ref = {}, {}
-    with torch.no_grad():
-        for part in micro:
-            if cfg.algo.ppo_epochs > 1:
-                (lp, _), _ = forward(part)
-                old.update({r: lp[i].cpu() for i, r in enumerate(part)})
-            if cfg.algo.beta > 0:
-                if policy.lora:
-                    with policy.model.disable_adapter():
-                        (lp, _), _ = forward(part)
-                else:
-                    (lp, _), _ = forward(part, model=run.ref_model)
-                ref.update({r: lp[i].cpu() for i, r in enumerate(part)})
+    def _fixed_logprobs(self) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+        """Per row, the logprobs before any update (several PPO epochs) and the reference's (KL)."""
+        cfg, policy = self.run.cfg, self.run.policy
+        old, ref = {}, {}
+        with torch.no_grad():
+            for part in self.micro:
+                if cfg.algo.ppo_epochs > 1:
+                    (lp, _), _ = self.forward(part)
+                    old.update({r: lp[i].cpu() for i, r in enumerate(part)})
+                if cfg.algo.beta > 0:
+                    if policy.lora:
+                        with policy.model.disable_adapter():
+                            (lp, _), _ = self.forward(part)
+                    else:
+                        (lp, _), _ = self.forward(part, model=self.run.ref_model)
+                    ref.update({r: lp[i].cpu() for i, r in enumerate(part)})
+        return old, ref
 
-    stats: dict[str, list[float]] = {"loss/policy": [], "loss/clip_frac": [], "loss/kl": []}
-    entropy_sum, gap_sum, gap_max, token_count = 0.0, 0.0, 0.0, 0.0
-    grad_norm, cause = 0.0, ""
-    if not torch.isfinite(advantages).all():
-        cause = "non-finite advantages"
-    for epoch in range(cfg.algo.ppo_epochs):
+    def epoch(self, epoch: int, cause: str) -> str:
+        """Objectives, every micro-batch's backward, clipping and the optimiser step; returns the
+        first cause to skip the step (this rank's); `causes` holds every rank's."""
+        run, d, policy = self.run, self.run.dist, self.run.policy
         run.optimizer.zero_grad(set_to_none=True)
         # objectives first: the last backward of the epoch is then a micro-batch on every rank,
         # and DDP all-reduces once, there
         with sync_grads(d, policy, False):
-            aux = _objective_losses(run, rollouts, scores, advantages, step)
-        stats.update({k: [v] for k, v in aux.items()})
-        for k, part in enumerate(micro):
-            with sync_grads(d, policy, k == len(micro) - 1):
-                policy.router_losses.clear()
-                (logp, entropy), width = forward(part, with_entropy=epoch == 0)
-                m = mask[part, :width].to(logp.device).float()                    # [n, w]
-                old_lp = torch.stack([old[r][:width] for r in part]).to(logp.device) if old \
-                    else logp.detach()
-                ref_lp = torch.stack([ref[r][:width] for r in part]).to(logp.device) if ref else None
-                shaped = {k: v.to(logp.device) if torch.is_tensor(v) else v
-                          for k, v in credit.rows(part, width).items()}   # advantages, bounds
-                correct_rollout(cfg.algo, shaped, old_lp, rollouts, part, m, stats)
-                loss, st = grpo_loss(
-                    logp, old_lp, mask=m, **shaped, loss_agg=cfg.algo.loss_agg,
-                    norm_len=cfg.algo.norm_len or cfg.rollout.max_new_tokens, beta=cfg.algo.beta,
-                    ref_logp=ref_lp, kl_estimator=cfg.algo.kl_estimator,
-                    total_tokens=total_tokens, total_seqs=total_seqs, ratio=cfg.algo.ratio)
-                loss = loss + router_loss(policy, cfg.algo.router_aux_coef, len(part), total_seqs,
-                                          stats)
-                (loss * d.world).backward()
+            aux = _objective_losses(run, self.rollouts, self.scores, self.advantages, self.step)
+        self.stats.update({k: [v] for k, v in aux.items()})
+        for k, part in enumerate(self.micro):
+            with sync_grads(d, policy, k == len(self.micro) - 1):
+                loss = self.micro_batch(part, epoch)
             if not cause and not torch.isfinite(loss.detach()):
                 cause = f"non-finite loss (epoch {epoch + 1}, micro-batch {k + 1})"
-            stats["loss/policy"].append(float(loss.detach()))
-            stats["loss/clip_frac"].append(st["clip_frac"])
-            if "kl" in st:
-                stats["loss/kl"].append(st["kl"])
-            if epoch == 0:
-                n_tok = float(m.sum())
-                token_count += n_tok
-                entropy_sum += float((entropy * m).sum())
-                if rollouts.sample_logprobs is not None:
-                    gap = (rollouts.sample_logprobs[part, :width].to(logp.device) - logp.detach()).abs()
-                    gap_sum += float((gap * m).sum())
-                    gap_max = max(gap_max, float((gap * m).max()))
-        grad_norm = clip_grad_norm(policy.trainable_parameters(),
-                                   cfg.optim.max_grad_norm or float("inf"))
-        if not cause and not math.isfinite(grad_norm):
+        self.grad_norm = clip_grad_norm(policy.trainable_parameters(),
+                                        run.cfg.optim.max_grad_norm or float("inf"))
+        if not cause and not math.isfinite(self.grad_norm):
             cause = "non-finite gradient norm"
-        causes = [c for c in d.gather(cause) if c]        # one rank's NaN stops every rank's step
-        if causes:
+        self.causes = [c for c in d.gather(cause) if c]   # one rank's NaN stops every rank's step
+        if self.causes:
             run.optimizer.zero_grad(set_to_none=True)
-            break
+            return cause
         run.optimizer.step()   # a no-op when every group had zero spread (no gradients)
         run.engine.mark_weights_changed()
         if not parallel.all_finite(d, policy.trainable_parameters()):
-            raise TrainingError(f"step {step}: the optimiser step made weights non-finite (lr "
-                                f"{run.scheduler.get_last_lr()[0]:g}, gradient norm {grad_norm:g}); "
-                                "stopping before anything is saved; the last complete checkpoint "
-                                "is intact")
-    out = {k: (sum(v) if k == "loss/policy" else float(np.mean(v))) for k, v in stats.items() if v}
-    out["update/skipped"] = float(bool(causes))
-    if causes:
-        out["update/skip_cause"] = causes[0]
-    # this rank's part of the global loss; summed, it is the whole batch's loss
-    out["loss/policy"] = d.all_sum(out.get("loss/policy", 0.0)) / max(cfg.algo.ppo_epochs, 1)
-    out["optim/grad_norm"] = grad_norm
-    out["update/trained_rows"] = len(rows)
-    out["update/padded_frac"] = padded_fraction(mask, micro)
-    if cfg.train.packing:        # what ran; the padded micro-batches' share stays beside it
-        out["update/padded_frac_unpacked"] = out["update/padded_frac"]
-        out["update/padded_frac"] = packed_padded_fraction(rollouts.prompts, mask, micro, G)
-    # prompts run per epoch: a group split over micro-batches runs its prompt in each
-    out["update/prompt_forwards"] = float(sum(len({r // G for r in part}) for part in micro))
-    if token_count:
-        out["policy/entropy"] = entropy_sum / token_count
-        if rollouts.sample_logprobs is not None:
-            out["rollout/logprob_gap"] = gap_sum / token_count
-            out["rollout/logprob_gap_max"] = gap_max
-    return out
+            raise TrainingError(f"step {self.step}: the optimiser step made weights non-finite (lr "
+                                f"{run.scheduler.get_last_lr()[0]:g}, gradient norm "
+                                f"{self.grad_norm:g}); stopping before anything is saved; the "
+                                "last complete checkpoint is intact")
+        return cause
+
+    def micro_batch(self, part: list[int], epoch: int) -> torch.Tensor:
+        """Forward and backward of rows `part`; returns its loss (logged)."""
+        cfg, policy, stats = self.run.cfg, self.run.policy, self.stats
+        policy.router_losses.clear()
+        (logp, entropy), width = self.forward(part, with_entropy=epoch == 0)
+        m = self.mask[part, :width].to(logp.device).float()                        # [n, w]
+        old_lp = torch.stack([self.old[r][:width] for r in part]).to(logp.device) if self.old \
+            else logp.detach()
+        ref_lp = torch.stack([self.ref[r][:width] for r in part]).to(logp.device) if self.ref else None
+        shaped = {k: v.to(logp.device) if torch.is_tensor(v) else v
+                  for k, v in self.credit.rows(part, width).items()}   # advantages, bounds
+        correct_rollout(cfg.algo, shaped, old_lp, self.rollouts, part, m, stats)
+        loss, st = grpo_loss(
+            logp, old_lp, mask=m, **shaped, loss_agg=cfg.algo.loss_agg,
+            norm_len=cfg.algo.norm_len or cfg.rollout.max_new_tokens, beta=cfg.algo.beta,
+            ref_logp=ref_lp, kl_estimator=cfg.algo.kl_estimator,
+            total_tokens=self.total_tokens, total_seqs=self.total_seqs, ratio=cfg.algo.ratio)
+        loss = loss + router_loss(policy, cfg.algo.router_aux_coef, len(part), self.total_seqs,
+                                  stats)
+        (loss * self.run.dist.world).backward()
+        stats["loss/policy"].append(float(loss.detach()))
+        stats["loss/clip_frac"].append(st["clip_frac"])
+        if "kl" in st:
+            stats["loss/kl"].append(st["kl"])
+        if epoch == 0:
+            self._tally(part, width, logp, entropy, m)
+        return loss
+
+    def _tally(self, part: list[int], width: int, logp: torch.Tensor, entropy: torch.Tensor,
+               m: torch.Tensor) -> None:
+        """The first epoch's token count, entropy and rollout-vs-trainer logprob gap."""
+        self.token_count += float(m.sum())
+        self.entropy_sum += float((entropy * m).sum())
+        sample = self.rollouts.sample_logprobs
+        if sample is not None:
+            gap = (sample[part, :width].to(logp.device) - logp.detach()).abs()
+            self.gap_sum += float((gap * m).sum())
+            self.gap_max = max(self.gap_max, float((gap * m).max()))
+
+    def summary(self) -> dict[str, float]:
+        """The update's figures (this rank's; the policy loss summed over ranks)."""
+        cfg, d, rollouts, micro = self.run.cfg, self.run.dist, self.rollouts, self.micro
+        out = {k: (sum(v) if k == "loss/policy" else float(np.mean(v)))
+               for k, v in self.stats.items() if v}
+        out["update/skipped"] = float(bool(self.causes))
+        if self.causes:
+            out["update/skip_cause"] = self.causes[0]
+        # this rank's part of the global loss; summed, it is the whole batch's loss
+        out["loss/policy"] = d.all_sum(out.get("loss/policy", 0.0)) / max(cfg.algo.ppo_epochs, 1)
+        out["optim/grad_norm"] = self.grad_norm
+        out["update/trained_rows"] = len(self.rows)
+        out["update/padded_frac"] = padded_fraction(self.mask, micro)
+        if cfg.train.packing:        # what ran; the padded micro-batches' share stays beside it
+            out["update/padded_frac_unpacked"] = out["update/padded_frac"]
+            out["update/padded_frac"] = packed_padded_fraction(rollouts.prompts, self.mask, micro,
+                                                               rollouts.group_size)
+        # prompts run per epoch: a group split over micro-batches runs its prompt in each
+        out["update/prompt_forwards"] = float(sum(len({r // rollouts.group_size for r in part})
+                                                  for part in micro))
+        if self.token_count:
+            out["policy/entropy"] = self.entropy_sum / self.token_count
+            if rollouts.sample_logprobs is not None:
+                out["rollout/logprob_gap"] = self.gap_sum / self.token_count
+                out["rollout/logprob_gap_max"] = self.gap_max
+        return out
 
 
 def router_loss(policy: Policy, coef: float, rows: int, total_seqs: int,

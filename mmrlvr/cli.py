@@ -73,42 +73,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import modalities
-    from mmrlvr.config import ModelConfig, model_defaults
-    from mmrlvr.data import load_dataset
-    from mmrlvr.train.evaluate import evaluate
-    from mmrlvr.train.policy import Policy, pick_device
-    from mmrlvr.rollout import make_engine
+    from mmrlvr.train.evaluate import cmd_eval as run_eval
 
-    own = model_defaults(args.model)            # the model's bounds and budget where flags are 0
-    mcfg = ModelConfig(path=args.model, modality=args.modality,
-                       min_pixels=args.min_pixels or own.min_pixels,
-                       max_pixels=args.max_pixels or own.max_pixels)
-    adapter = modalities.get(mcfg.modality, min_pixels=mcfg.min_pixels, max_pixels=mcfg.max_pixels)
-    policy = Policy.load(mcfg, adapter, pick_device(args.device))
-    data = load_dataset(args.data, on_error=args.on_error)
-    if args.limit:
-        data = data[:args.limit]
-    reward = None
-    if args.reward:
-        from rewards.base import build_combined
-        reward = build_combined([{"name": name, "weight": 1.0} for name in args.reward])
-    result = evaluate(policy, make_engine(args.backend, policy), data,
-                      max_new_tokens=args.max_new_tokens or own.max_new_tokens,
-                      batch_size=args.batch_size, samples=args.samples, temperature=args.temperature,
-                      system_prompt=args.system_prompt, format_prompt=args.format_prompt,
-                      progress=True, keep_predictions=bool(args.out), reward=reward)
-    preds = result.pop("predictions", None)
-    width = max(len(k) for k in result)
-    print(f"{'metric':<{width}}  value")
-    for k, v in result.items():
-        print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"metrics": result, "predictions": preds}, indent=2) + "\n")
-        print(f"wrote {out}")
-    return 0
+    return run_eval(args)
 
 
 def cmd_pretrain_vision(args: argparse.Namespace) -> int:
@@ -176,26 +143,9 @@ def _write_rubrics(out: Path, spec: dict) -> dict:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from mmrlvr.patches.schema import PatchError
-    from mmrlvr.translate import translate
+    from mmrlvr.translate import cmd_translate as run_translate
 
-    if args.eraser == "diffusers" and not args.inpaint_model:
-        print("mmrlvr translate: error: --eraser diffusers needs --inpaint-model DIR", file=sys.stderr)
-        return 2
-    try:
-        result = translate(args.model, args.image, args.lang, args.out,
-                           source_lang=args.source_lang, source_patch=args.source_patch,
-                           method=args.eraser, inpaint_model=args.inpaint_model,
-                           max_new_tokens=args.max_new_tokens, device=args.device,
-                           min_pixels=args.min_pixels, max_pixels=args.max_pixels)
-    except (PatchError, ImportError) as err:
-        print(f"mmrlvr translate: error: {err}", file=sys.stderr)
-        return 2
-    if result["parse_error"]:
-        print(f"warning: the model's patch did not parse ({result['parse_error']}); "
-              "the images hold the input unchanged", file=sys.stderr)
-    print(json.dumps(result["files"], indent=2))
-    return 0
+    return run_translate(args)
 
 
 def cmd_stress(args: argparse.Namespace) -> int:

@@ -109,3 +109,26 @@ def translate(model: str, image: str | Path, lang: str, out: str | Path, *,
               "seconds": {"generate": t1 - t0, "total": time.perf_counter() - t0}}
     paths["json"].write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return result
+
+
+def cmd_translate(args) -> int:
+    """`mmrlvr translate`: one image in, the patch's images and HTML out (paths printed)."""
+    import sys
+
+    if args.eraser == "diffusers" and not args.inpaint_model:
+        print("mmrlvr translate: error: --eraser diffusers needs --inpaint-model DIR", file=sys.stderr)
+        return 2
+    try:
+        result = translate(args.model, args.image, args.lang, args.out,
+                           source_lang=args.source_lang, source_patch=args.source_patch,
+                           method=args.eraser, inpaint_model=args.inpaint_model,
+                           max_new_tokens=args.max_new_tokens, device=args.device,
+                           min_pixels=args.min_pixels, max_pixels=args.max_pixels)
+    except (PatchError, ImportError) as err:
+        print(f"mmrlvr translate: error: {err}", file=sys.stderr)
+        return 2
+    if result["parse_error"]:
+        print(f"warning: the model's patch did not parse ({result['parse_error']}); "
+              "the images hold the input unchanged", file=sys.stderr)
+    print(json.dumps(result["files"], indent=2))
+    return 0

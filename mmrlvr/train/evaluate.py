@@ -137,3 +137,42 @@ def evaluate_ranks(dist, policy, engine, examples: list[Example], **options: Any
 def write_records(path: Path, records: list[dict[str, Any]]) -> None:
     write_atomic(path, "".join(json.dumps(question_record(r), ensure_ascii=False) + "\n"
                                for r in records))   # whole or not at all; a full disk: one line
+
+
+def cmd_eval(args) -> int:
+    """`mmrlvr eval`: load the model, evaluate, print the figures, write them to --out."""
+    import modalities
+    from mmrlvr.config import ModelConfig, model_defaults
+    from mmrlvr.data import load_dataset
+    from mmrlvr.rollout import make_engine
+    from mmrlvr.train.policy import Policy, pick_device
+
+    own = model_defaults(args.model)            # the model's bounds and budget where flags are 0
+    mcfg = ModelConfig(path=args.model, modality=args.modality,
+                       min_pixels=args.min_pixels or own.min_pixels,
+                       max_pixels=args.max_pixels or own.max_pixels)
+    adapter = modalities.get(mcfg.modality, min_pixels=mcfg.min_pixels, max_pixels=mcfg.max_pixels)
+    policy = Policy.load(mcfg, adapter, pick_device(args.device))
+    data = load_dataset(args.data, on_error=args.on_error)
+    if args.limit:
+        data = data[:args.limit]
+    reward = None
+    if args.reward:
+        from rewards import build_combined
+        reward = build_combined([{"name": name, "weight": 1.0} for name in args.reward])
+    result = evaluate(policy, make_engine(args.backend, policy), data,
+                      max_new_tokens=args.max_new_tokens or own.max_new_tokens,
+                      batch_size=args.batch_size, samples=args.samples, temperature=args.temperature,
+                      system_prompt=args.system_prompt, format_prompt=args.format_prompt,
+                      progress=True, keep_predictions=bool(args.out), reward=reward)
+    preds = result.pop("predictions", None)
+    width = max(len(k) for k in result)
+    print(f"{'metric':<{width}}  value")
+    for k, v in result.items():
+        print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"metrics": result, "predictions": preds}, indent=2) + "\n")
+        print(f"wrote {out}")
+    return 0

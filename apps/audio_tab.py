@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from apps.common import DemoContext, UserError, check_question, explain, warn
+from apps.common import (MAX_GOLD_CHARS, MAX_QUESTION_CHARS, DemoContext, UserError,
+                         check_question, check_text, explain, warn)
 from apps.panels import (NO_GOLD, ask_models, build_panels, empty_panel, example_table,
                          panel_values)
 from apps.verdicts import listed_choices
@@ -164,6 +165,7 @@ def answer(ctx: DemoContext, audio: Any, question: str, gold: str = "", sample: 
     try:
         rate, samples = check_audio(audio)
         question = check_question(question)
+        gold = check_text(gold, "the gold answer", MAX_GOLD_CHARS)
         reason = ctx.unavailable("audio", "Audio QA")
         if reason:
             yield [*panels[0], *panels[1], "", [], reason]
@@ -174,7 +176,6 @@ def answer(ctx: DemoContext, audio: Any, question: str, gold: str = "", sample: 
         evidence = evidence_for((samples, rate))
         evidence_md = evidence_markdown(evidence)
         rubrics = static_rubrics(evidence, question)
-        gold = (gold or "").strip()
         example = Example(id="demo", prompt=question, answer=gold or "-", audios=[(clip, sr)],
                           choices=listed_choices(question))
         compare = bool(compare) and ctx.base is not None
@@ -236,10 +237,11 @@ def build(ctx: DemoContext) -> None:
                              elem_id="audio-input", interactive=ready)
             question = gr.Textbox(label="question (Enter asks; options as `A. …` lines)",
                                   lines=1, max_lines=6, elem_id="audio-question",
-                                  interactive=ready,
+                                  interactive=ready, max_length=MAX_QUESTION_CHARS,
                                   placeholder="How many beeps are in the clip?")
             gold = gr.Textbox(label="gold answer (optional: a letter or option text gives the "
-                                    "verdict)", elem_id="audio-gold", interactive=ready)
+                                    "verdict)", elem_id="audio-gold", interactive=ready,
+                              max_length=MAX_GOLD_CHARS)
             with gr.Row():
                 submit = gr.Button("Ask", variant="primary", elem_id="audio-submit",
                                    interactive=ready, scale=2)

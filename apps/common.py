@@ -2,6 +2,9 @@
 
 A handler never lets an exception reach Gradio: bad input becomes a `UserError` whose message is
 shown as it is; anything else is logged with its traceback on the server and shown as one line.
+Every text a client sends is capped (`check_text`) before any of it is tokenised: a client is not
+held to the page's `max_length`, and a 1 M-character format prompt once held the vision tab (and
+everyone queued behind it) for over 2 minutes.
 A tab whose modality the loaded model lacks says so and names the exact command that would load
 a suitable model (`load_command`).
 """
@@ -25,6 +28,17 @@ MAX_SOURCE_PIXELS = 64_000_000
 """Largest uploaded image (before resizing to the adapter's max_pixels): ~8000×8000."""
 MAX_IMAGES = 8
 """Most images one question may carry."""
+MAX_QUESTION_CHARS = 4000
+MAX_FORMAT_CHARS = 2000
+"""The format prompt appended to a question (the shipped configs' are under 160 characters); a
+run's own may be longer and is always accepted."""
+MAX_GOLD_CHARS = 1000
+MAX_OPTIONS_CHARS = 4000
+"""All the options of a question together (26 at most, one per line)."""
+MAX_NAME_CHARS = 64
+"""A typed target language."""
+MAX_PATH_CHARS = 1024
+"""A run dir typed into the monitor."""
 SUGGESTED: dict[str, tuple[str, str]] = {
     "vision": ("runs/quickstart", "`bash scripts/quickstart.sh`"),
     "audio": ("runs/tones_grpo", "the steps at the top of `configs/tones_cpu.yaml`"),
@@ -214,10 +228,30 @@ def _prepare_video(policy: Any, path: Any, i: int, probe: Example) -> Any:
         raise UserError(f"video {i} ({name}) cannot be read: {err}") from None
 
 
+def check_text(value: Any, label: str, limit: int) -> str:
+    """A text input, stripped, or a UserError when it is over `limit` characters."""
+    text = "" if value is None else str(value)
+    if len(text) > limit:
+        raise UserError(f"{label[0].upper()}{label[1:]} is {len(text):,} characters long; keep "
+                        f"it under {limit:,}.")
+    return text.strip()
+
+
 def check_question(question: Any) -> str:
-    question = (question or "").strip()
+    question = check_text(question, "the question", MAX_QUESTION_CHARS)
     if not question:
         raise UserError("Type a question first.")
-    if len(question) > 4000:
-        raise UserError(f"The question is {len(question)} characters long; keep it under 4000.")
     return question
+
+
+def check_format(ctx: DemoContext, format_prompt: Any) -> str:
+    """The format prompt to append: the run's unless the client sent one (at most
+    `MAX_FORMAT_CHARS`, or the run's own length)."""
+    if format_prompt is None:
+        return ctx.format_prompt
+    limit = max(MAX_FORMAT_CHARS, len(ctx.format_prompt))
+    text = str(format_prompt)
+    if len(text) > limit:
+        raise UserError(f"The format prompt is {len(text):,} characters long; keep it under "
+                        f"{limit:,}.")
+    return text

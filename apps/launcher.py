@@ -185,8 +185,14 @@ def build_demo(ctx: DemoContext) -> Any:
 
 def launch(demo: Any, host: str = "127.0.0.1", port: int | None = 7860, block: bool = True,
            allowed: list[str] | None = None) -> str:
-    """Serve `demo`; returns its URL (at once when `block` is False, e.g. in tests). `allowed`
-    dirs may be served (the examples' media)."""
+    """Serve `demo`; returns its URL (at once when `block` is False, e.g. in tests). The
+    `allowed` files may be served as they are (`media_files`: the examples' media); besides
+    them Gradio serves only what it was sent or made (its upload and cache dirs).
+
+    One event runs at a time (the tabs share the models). A client that leaves is noticed at
+    its handler's next update, and every generating handler updates once per token, so the
+    next request waits at most a token for a dead one; the caps on every text input bound the
+    work before the first token."""
     demo.queue(default_concurrency_limit=1)
     _, url, _ = demo.launch(server_name=host, server_port=port, prevent_thread_lock=not block,
                             max_file_size=MAX_FILE_SIZE, ssr_mode=False, quiet=not block,
@@ -194,10 +200,13 @@ def launch(demo: Any, host: str = "127.0.0.1", port: int | None = 7860, block: b
     return url
 
 
-def media_dirs(ctx: DemoContext) -> list[str]:
-    """The dirs the examples' images and clips lie in (a click hands them to the inputs)."""
-    return sorted({str(Path(p).parent) for ex in ctx.info.examples
-                   for p in [*ex.images, *ex.audios] if isinstance(p, str)})
+def media_files(ctx: DemoContext) -> list[str]:
+    """The examples' media files (a click hands them to the inputs), each by its own path: the
+    dirs they lie in once were served whole, other files and the data with its gold answers
+    beside them."""
+    return sorted({str(Path(p).absolute()) for ex in ctx.info.examples
+                   for p in [*ex.images, *ex.audios, *ex.videos]
+                   if isinstance(p, str) and Path(p).is_file()})
 
 
 def serve(model: str | None = None, run: str | None = None, host: str = "127.0.0.1",
@@ -206,7 +215,7 @@ def serve(model: str | None = None, run: str | None = None, host: str = "127.0.0
           compare: str | None = None) -> int:
     ctx = load_context(model, run, device, min_pixels, max_pixels, modality, compare)
     try:
-        launch(build_demo(ctx), host=host, port=port, block=True, allowed=media_dirs(ctx))
+        launch(build_demo(ctx), host=host, port=port, block=True, allowed=media_files(ctx))
     except OSError as err:  # the port is taken, or the host is not this machine's
         print(f"mmrlvr demo: error: cannot serve on {host}:{port}: {err} (try another --port)",
               file=sys.stderr)

@@ -7,6 +7,10 @@ an SFT run (its dir is the config's `sft.out_dir`, or it logs `sft/loss`) shows 
 accuracy, gradient norm and learning rate, against `sft.steps`. Per-step curves can be smoothed
 (an exponential moving average; the raw curve stays drawn faintly); held-out evaluations are
 drawn as marked points, and the summary's start → end figures are written above the plots.
+
+The run dir box reads only the run dir the demo was started with (`--run`, or the run above
+`--model`) and the dirs below it (`allowed_run`): any other path, existing or not, gets the same
+refusal, so the page neither reads another directory nor tells whether a path exists.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from apps.common import explain
+from apps.common import MAX_PATH_CHARS, explain
 from apps.runinfo import load_json, load_yaml, run_kind
 from mmrlvr.train.logger import read_metrics
 
@@ -124,14 +128,37 @@ def figure(rows: list[dict[str, Any]], kind: str, smoothing: float = 0.0) -> Any
     return fig
 
 
-def refresh(run_dir: str, smoothing: float = 0.0) -> tuple[Any, str, str]:
-    """The Training monitor handler: (figure, start → end markdown, status); never raises."""
+def allowed_run(run_dir: str, root: str) -> Path | None:
+    """`run_dir` resolved (`..` and links followed), when it is `root` or a dir below it; else
+    None, whether or not it exists."""
+    if not root or not run_dir or len(run_dir) > MAX_PATH_CHARS:
+        return None
+    try:
+        top = Path(root).expanduser().resolve()
+        path = Path(run_dir).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):     # a link loop, a NUL byte
+        return None
+    return path if path == top or path.is_relative_to(top) else None
+
+
+def refused(root: str) -> str:
+    if not root:
+        return ("⚠ The monitor reads the run the demo was started with, and it was started "
+                "without one: start it with `--run RUN_DIR`.")
+    return (f"⚠ The monitor reads run dirs under `{root}` only (the run the demo was started "
+            "with).")
+
+
+def refresh(run_dir: str, smoothing: float = 0.0, *, root: str) -> tuple[Any, str, str]:
+    """The Training monitor handler for run dirs under `root`: (figure, start → end markdown,
+    status); never raises."""
     run_dir = (run_dir or "").strip()
     if not run_dir:
-        return None, "", ("Give a run dir (e.g. `runs/quickstart`), or start the demo with "
-                          "`--run RUN_DIR`.")
+        return None, "", (f"Give a run dir (e.g. `{root}`)." if root else refused(root))
+    path = allowed_run(run_dir, root)
+    if path is None:
+        return None, "", refused(root)
     try:
-        path = Path(run_dir).expanduser()
         if not path.is_dir():
             return None, "", f"⚠ Run dir `{run_dir}` does not exist (yet)."
         rows = read_metrics(path / "metrics.jsonl")
@@ -160,9 +187,12 @@ def refresh(run_dir: str, smoothing: float = 0.0) -> tuple[Any, str, str]:
         return None, "", explain(err)
 
 
-def signature(run_dir: str, smoothing: float) -> str:
-    """What the plots depend on: the files' sizes and times, and the smoothing."""
-    path = Path((run_dir or "").strip()).expanduser()
+def signature(run_dir: str, smoothing: float, root: str) -> str:
+    """What the plots depend on: the files' sizes and times, and the smoothing (a path
+    `allowed_run` refuses is never looked at)."""
+    path = allowed_run((run_dir or "").strip(), root)
+    if path is None:
+        return f"refused|{hash(run_dir)}|{smoothing}"
     stamps = []
     for name in ("metrics.jsonl", "summary.json", "config.yaml"):
         try:
@@ -177,8 +207,9 @@ def build(run_dir: str) -> None:
     import gradio as gr
 
     with gr.Row(equal_height=True):
-        path = gr.Textbox(label="run dir (Enter loads)", value=run_dir, scale=4,
-                          elem_id="monitor-run")
+        path = gr.Textbox(label=f"run dir under {run_dir} (Enter loads)" if run_dir else
+                          "run dir (start the demo with --run RUN_DIR)", value=run_dir, scale=4,
+                          elem_id="monitor-run", max_length=MAX_PATH_CHARS)
         smoothing = gr.Slider(0.0, 0.99, value=0.8, step=0.01, scale=2, elem_id="monitor-smooth",
                               label="smoothing of per-step curves (0: raw)")
         live = gr.Checkbox(label=f"refresh every {REFRESH_S:g} s", value=True, scale=1)
@@ -189,17 +220,20 @@ def build(run_dir: str) -> None:
     seen = gr.State("")
     outputs = [plot, figures, status]
 
-    def tick(run_dir: str, smoothing: float, last: str):
-        now = signature(run_dir, smoothing)
+    def tick(path: str, smoothing: float, last: str):
+        now = signature(path, smoothing, run_dir)
         if now == last:
             return gr.skip(), gr.skip(), gr.skip(), last
-        return (*refresh(run_dir, smoothing), now)
+        return (*refresh(path, smoothing, root=run_dir), now)
+
+    def load(path: str, smoothing: float):
+        return refresh(path, smoothing, root=run_dir)
 
     timer = gr.Timer(REFRESH_S, active=True)
     timer.tick(tick, [path, smoothing, seen], [*outputs, seen], api_name="monitor_tick",
                show_progress="hidden")
     live.change(lambda on: gr.Timer(active=on), live, timer, api_name="monitor_live")
-    button.click(refresh, [path, smoothing], outputs, api_name="monitor")
-    path.submit(refresh, [path, smoothing], outputs, api_name="monitor_enter")
-    smoothing.release(refresh, [path, smoothing], outputs, api_name="monitor_smooth",
+    button.click(load, [path, smoothing], outputs, api_name="monitor")
+    path.submit(load, [path, smoothing], outputs, api_name="monitor_enter")
+    smoothing.release(load, [path, smoothing], outputs, api_name="monitor_smooth",
                       show_progress="hidden")

@@ -6,20 +6,26 @@ are offered (an image model: text, image and task-altering operators; an audio m
 and task-altering); of those, the ones that do not apply to this sample (a `None` variant: option
 operators without options, no reviewed paraphrase rule) are named with the reason. Media
 operators act on what the model sees (the image after resizing to the adapter's bounds). Each
-variant is answered greedily by the `hf` rollout engine, one at a time, so the table grows row by
-row. A *flip* is a variant whose extracted answer differs from the clean one's (compared by
-`rewards.verify.match`; with options, a letter counts as its option's text, so a shuffle that
-moves the chosen option is no flip). The held-out prompt templates and the irrelevant sentences
-of `mmrlvr.stress` are medical; for other data the demo draws them from `DOMAIN_TEXT` instead.
+variant is answered greedily with the `hf` rollout engine's prompt and suppression
+(`apps.generate.stream_completion`), one at a time, so the table grows row by row; the status
+counts each answer's tokens as they come, and a client that leaves stops the run within a token
+(Gradio closes the handler at its next update). A *flip* is a variant whose extracted answer
+differs from the clean one's (compared by `rewards.verify.match`; with options, a letter counts as
+its option's text, so a shuffle that moves the chosen option is no flip). The held-out prompt
+templates and the irrelevant sentences of `mmrlvr.stress` are medical; for other data the demo
+draws them from `DOMAIN_TEXT` instead.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
-from apps.common import DemoContext, UserError, check_question, explain, prepare_images, warn
+from apps.common import (MAX_GOLD_CHARS, MAX_OPTIONS_CHARS, MAX_QUESTION_CHARS, DemoContext,
+                         UserError, check_question, check_text, explain, prepare_images, warn)
+from apps.generate import stream_completion
 from apps.runinfo import question_domain
 from mmrlvr.core.templates import render, split_options, with_options
 from mmrlvr.data import Example
@@ -159,22 +165,21 @@ def table(cases: list[tuple[str, str, Variant]], texts: list[str], gold: str = "
     return rows, flips
 
 
-def answer_one(ctx: DemoContext, engine: Any, variant: Variant, max_new_tokens: int) -> str:
-    """The greedy completion of one variant (the `hf` rollout engine, as `mmrlvr stress`)."""
-    from mmrlvr.rollout import SamplingParams
-
-    policy = ctx.policy
-    batch = policy.adapter.encode([variant.example], policy.processor,
-                                  system_prompt=ctx.system_prompt,
-                                  format_prompt=variant.format_prompt)
-    out = engine.generate(batch, SamplingParams(max_new_tokens=int(max_new_tokens), greedy=True))
-    return out.texts[0]
+def answer_one(ctx: DemoContext, variant: Variant, max_new_tokens: int
+               ) -> Iterator[tuple[str, int]]:
+    """The greedy completion of one variant as it grows: (text so far, tokens), as the `hf`
+    rollout engine decodes it for `mmrlvr stress`."""
+    return stream_completion(ctx.policy, variant.example, sample=False, temperature=1.0,
+                             max_new_tokens=int(max_new_tokens), system_prompt=ctx.system_prompt,
+                             format_prompt=variant.format_prompt)
 
 
 def clean_sample(ctx: DemoContext, media: Any, question: str, gold: str, choices: Any
                  ) -> Example:
     """The uploaded image (resized as the model sees it) or clip, and the question, checked."""
     question = check_question(question)
+    if isinstance(choices, str):
+        choices = check_text(choices, "the option list", MAX_OPTIONS_CHARS)
     options = parse_choices(choices)
     if ctx.modality == "audio":
         from apps.audio_tab import check_audio
@@ -196,18 +201,20 @@ def run(ctx: DemoContext, media: Any, question: str, gold: str = "", max_new_tok
         return
     rows: list[list[Any]] = []
     try:
-        gold = (gold or "").strip()
+        gold = check_text(gold, "the gold answer", MAX_GOLD_CHARS)
         example = clean_sample(ctx, media, question, gold, choices)
         domain = question_domain(ctx.info, question)
         cases, skipped = variants(example, ctx.format_prompt, modality=modality, domain=domain)
-        from mmrlvr.rollout import make_engine
-
-        engine = make_engine("hf", ctx.policy)
         texts: list[str] = []
         with ctx.lock:
             for k, (name, _, variant) in enumerate(cases):
-                yield rows, [], f"Running **{name}** ({k + 1} of {len(cases)})…"
-                texts.append(answer_one(ctx, engine, variant, max_new_tokens))
+                running = f"Running **{name}** ({k + 1} of {len(cases)})…"
+                yield rows, [], running
+                text = ""
+                with closing(answer_one(ctx, variant, max_new_tokens)) as stream:
+                    for text, n_tokens in stream:   # an update per token: a gone client stops it
+                        yield rows, [], f"{running} {n_tokens} tokens"
+                texts.append(text)
                 rows, _ = table(cases[:k + 1], texts, gold)
         rows, flips = table(cases, texts, gold)
         gallery = [(v.example.images[0], name) for name, kind, v in cases
@@ -257,12 +264,15 @@ def build(ctx: DemoContext) -> None:
             media = gr.File(label=media_label, file_types=types, elem_id="robust-file",
                             height=110, interactive=ready)
             question = gr.Textbox(label="question (Enter runs)", lines=1, max_lines=4,
-                                  elem_id="robust-question", interactive=ready)
+                                  elem_id="robust-question", interactive=ready,
+                                  max_length=MAX_QUESTION_CHARS)
             with gr.Row():
                 gold = gr.Textbox(label="gold answer (needed with options)",
-                                  elem_id="robust-gold", interactive=ready)
+                                  elem_id="robust-gold", interactive=ready,
+                                  max_length=MAX_GOLD_CHARS)
                 options = gr.Textbox(label="options (one per line)", lines=1, max_lines=6,
-                                     elem_id="robust-options", interactive=ready)
+                                     elem_id="robust-options", interactive=ready,
+                                     max_length=MAX_OPTIONS_CHARS)
             with gr.Accordion("generation settings", open=False):
                 max_new = gr.Slider(8, 1024, value=64, step=8, label="max new tokens")
         with gr.Column(scale=5, min_width=320):

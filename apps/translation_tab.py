@@ -4,14 +4,18 @@ The pipeline of `mmrlvr translate` (`mmrlvr.translate`) on the loaded model: the
 with the `image_translation` adapter; `mmrlvr demo --modality image_translation`) writes an HTML
 patch for the target language (greedy), the source text under the patch's boxes is erased
 (OpenCV inpainting) and the patch is drawn on the erased background (`compose`). A completion
-that is not a valid patch is shown as it is, with a message, and the image stays unchanged.
+that is not a valid patch is shown as it is, with a message, and the image stays unchanged. The
+status counts the patch's tokens as they come (`translate_updates`), so a client that leaves
+stops the generation within a token.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
 
-from apps.common import DemoContext, UserError, explain, open_image, warn
+from apps.common import (MAX_NAME_CHARS, DemoContext, UserError, check_text, explain, open_image,
+                         warn)
 
 LANGUAGES = ["English", "German", "French", "Spanish", "Russian", "Greek", "Chinese", "Japanese"]
 MAX_NEW_TOKENS = 512
@@ -31,25 +35,36 @@ def language_code(language: str) -> str:
 
 def translate(ctx: DemoContext, image: Any, language: str,
               max_new_tokens: int = MAX_NEW_TOKENS) -> Result:
-    """The handler: (erased background, HTML patch, rendered result, status); never raises."""
+    """(erased background, HTML patch, rendered result, status): the last of
+    `translate_updates`; never raises."""
+    for result in translate_updates(ctx, image, language, max_new_tokens):
+        pass
+    return result
+
+
+def translate_updates(ctx: DemoContext, image: Any, language: str,
+                      max_new_tokens: int = MAX_NEW_TOKENS) -> Iterator[Result]:
+    """The handler: a status per generated token, then the result; never raises."""
     try:
         if image is None:
             raise UserError("Upload an image first.")
         picture = open_image(image, "the image")
-        if not (language or "").strip():
+        language = check_text(language, "the target language", MAX_NAME_CHARS)
+        if not language:
             raise UserError("Pick a target language.")
         reason = ctx.unavailable("image_translation", "Image translation")
         if reason:
-            return None, "", None, reason
-        return _run(ctx, picture, language_code(language), int(max_new_tokens))
+            yield None, "", None, reason
+            return
+        yield from _run(ctx, picture, language_code(language), int(max_new_tokens))
     except Exception as err:  # noqa: BLE001 — shown in the status box; the server keeps serving
         message = explain(err)
         if not isinstance(err, UserError):
             warn(message)
-        return None, "", None, message
+        yield None, "", None, message
 
 
-def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Result:
+def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Iterator[Result]:
     import time
 
     from apps.generate import stream_completion
@@ -70,8 +85,8 @@ def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Resu
                                    max_new_tokens=max_new_tokens,
                                    system_prompt=ctx.system_prompt)
         with closing(stream):
-            for text, n_tokens in stream:
-                pass
+            for text, n_tokens in stream:          # each token an update: a gone client stops it
+                yield None, "", None, f"Translating… {n_tokens} tokens"
     seconds = time.perf_counter() - t0
     patch, error = patch_from_completion(text, picture.size)
     erased, _, final = compose(picture, patch)
@@ -84,10 +99,11 @@ def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Resu
                  "-->\n" + (text or "(empty completion)"))
         status = (f"⚠ The model's answer is not a valid HTML patch ({error}); the erased and "
                   f"rendered images are the original, unchanged. ({done})")
-        return erased, shown, final, status
+        yield erased, shown, final, status
+        return
     status = (f"✓ done: {len(patch.boxes)} text box{'es' if len(patch.boxes) != 1 else ''} "
               f"translated into {language_name(lang)} ({done})")
-    return erased, to_html(patch, indent=True), final, status
+    yield erased, to_html(patch, indent=True), final, status
 
 
 def pick_example(ctx: DemoContext, index: Any) -> list[Any]:
@@ -130,7 +146,7 @@ def build(ctx: DemoContext) -> None:
             patch = gr.Code(label="HTML patch", language="html")
 
     def on_translate(image, language, max_new):
-        return translate(ctx, image, language, max_new)
+        yield from translate_updates(ctx, image, language, max_new)
 
     submit.click(on_translate, [image, language, max_new], [erased, patch, rendered, status],
                  api_name="translate")

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from apps.common import (VIDEO_TYPES, DemoContext, UserError, check_question, explain,
-                         prepare_media, warn)
+from apps.common import (MAX_FORMAT_CHARS, MAX_GOLD_CHARS, MAX_QUESTION_CHARS, VIDEO_TYPES,
+                         DemoContext, UserError, check_format, check_question, check_text,
+                         explain, prepare_media, warn)
 from apps.panels import (NO_GOLD, ask_models, build_panels, empty_panel, example_table,
                          panel_values)
 from apps.verdicts import listed_choices, reward_rows, reward_specs
@@ -41,12 +42,12 @@ def answer(ctx: DemoContext, files: Any, question: str, gold: str = "", sample: 
     panels = [empty_panel(), empty_panel()]
     try:
         question = check_question(question)
+        gold = check_text(gold, "the gold answer", MAX_GOLD_CHARS)
+        fmt = check_format(ctx, format_prompt)
         images, clips, notes = prepare_media(ctx.policy, files)
-        gold = (gold or "").strip()
         example = Example(id="demo", prompt=question, answer=gold or "-", images=images,
                           videos=clips, choices=listed_choices(question))
         judged = example if gold else None
-        fmt = ctx.format_prompt if format_prompt is None else format_prompt
         sizes = "; ".join(notes)
         compare = bool(compare) and ctx.base is not None
         names = ["trained model", "base model"]
@@ -116,9 +117,11 @@ def build(ctx: DemoContext) -> None:
                                      allow_preview=False, fit_columns=False)
             question = gr.Textbox(label="question (Enter asks)", lines=1, max_lines=4,
                                   elem_id="vision-question", interactive=ready,
+                                  max_length=MAX_QUESTION_CHARS,
                                   placeholder="How many shapes are in the image?")
             gold = gr.Textbox(label="gold answer (optional: gives the verdict and rewards)",
-                              elem_id="vision-gold", interactive=ready)
+                              elem_id="vision-gold", interactive=ready,
+                              max_length=MAX_GOLD_CHARS)
             with gr.Row():
                 submit = gr.Button("Ask", variant="primary", elem_id="vision-submit",
                                    interactive=ready, scale=2)
@@ -134,7 +137,8 @@ def build(ctx: DemoContext) -> None:
                     max_new = gr.Slider(8, 2048, value=128, step=8, label="max new tokens",
                                         elem_id="vision-max-new")
                 fmt = gr.Textbox(label="format prompt appended to the question",
-                                 value=ctx.format_prompt, lines=2)
+                                 value=ctx.format_prompt, lines=2, elem_id="vision-format",
+                                 max_length=max(MAX_FORMAT_CHARS, len(ctx.format_prompt)))
             examples = example_table(ctx, "vision", ready)
         with gr.Column(scale=7, min_width=420, visible=ready):
             trained, base = build_panels("vision", ctx)

@@ -266,10 +266,10 @@ EXPECTED_APIS = {"vision_answer", "vision_answer_enter", "vision_preview", "visi
 
 @pytest.fixture(scope="module")
 def served(run_ctx):
-    from apps.launcher import build_demo, launch
+    from apps.launcher import build_demo, launch, media_files
 
     demo = build_demo(run_ctx)
-    url = launch(demo, port=free_port(), block=False)
+    url = launch(demo, port=free_port(), block=False, allowed=media_files(run_ctx))  # as serve()
     yield demo, url
     demo.close()
 
@@ -345,3 +345,147 @@ def test_client_calls_every_tab_and_bad_input_gets_a_message(served, run_ctx, im
     status = client.predict([handle_file(image)], "How many?", "", False, 1.0, 8, "", False,
                             api_name="/vision_answer")[-1]
     assert status.startswith("✓ done")                              # still serving
+
+
+# ---------------------------------------------------------------- inputs, leaving clients, files
+
+def test_every_text_input_is_capped_before_anything_is_tokenised(ctx, image, tmp_path):
+    """A 1 M-character format prompt held the vision tab for over 2 minutes; only the question
+    was capped."""
+    from apps import audio_tab, monitor_tab, robustness_tab
+
+    huge = "x" * 1_000_000
+    cases = [(list(vision_tab.answer(ctx, [image], "How many?", format_prompt=huge)),
+              "The format prompt is 1,000,000 characters long; keep it under 2,000."),
+             (list(vision_tab.answer(ctx, [image], "q" * 4001)),
+              "The question is 4,001 characters long; keep it under 4,000."),
+             (list(vision_tab.answer(ctx, [image], "How many?", gold=huge)),
+              "The gold answer is 1,000,000 characters long; keep it under 1,000."),
+             (list(robustness_tab.run(ctx, image, "Which?", "A", 8, huge)),
+              "The option list is 1,000,000 characters long; keep it under 4,000."),
+             (list(robustness_tab.run(ctx, image, "Which?", huge)),
+              "The gold answer is 1,000,000 characters long"),
+             (list(audio_tab.answer(DemoContext(), str(write_wav(tmp_path / "t.wav")), "Which?",
+                                    huge)), "The gold answer is 1,000,000 characters long"),
+             ([translation_tab.translate(DemoContext(), image, huge)],
+              "The target language is 1,000,000 characters long; keep it under 64.")]
+    for updates, message in cases:
+        assert len(updates) == 1 and updates[0][-1].startswith("⚠") and \
+            message in updates[0][-1], (message, updates[0][-1])
+    assert "run dirs under" in monitor_tab.refresh(huge, root=str(tmp_path))[-1]
+    own = DemoContext(policy=ctx.policy, format_prompt="Answer in <answer></answer>. " * 100)
+    *_, last = vision_tab.answer(own, [image], "How many?", max_new_tokens=2,
+                                 format_prompt=own.format_prompt)      # a run's own: 2,900 chars
+    assert last[-1].startswith("✓ done")
+
+
+LEAVER = """
+import sys
+from gradio_client import Client, handle_file
+client = Client(sys.argv[1], verbose=False)
+image = handle_file(sys.argv[3])
+if sys.argv[2] == "/vision_answer":
+    job = client.submit([image], "How many shapes?", "", False, 1.0, 2048, "", False,
+                        api_name="/vision_answer")
+else:
+    job = client.submit(image, "How many shapes?", "", "", 1024, api_name="/robustness")
+for update in job:
+    if "tokens" in update[-1] or "Running" in update[-1]:
+        print("streaming", flush=True)
+"""
+
+
+@pytest.mark.parametrize("api", ["/vision_answer", "/robustness"])
+def test_a_client_that_leaves_mid_answer_stops_it_and_the_next_is_served(served, run_ctx, image,
+                                                                          tmp_path, monkeypatch,
+                                                                          api):
+    """Generation ran on after its client left and queued the next request behind it (the
+    robustness table answered each operator whole: up to 1,024 tokens, ten times). Here an
+    answer that would take 1,024 or more slowed steps (over 50 s) loses its client (a process
+    killed with SIGKILL) as it starts."""
+    import functools
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from gradio_client import Client, handle_file
+
+    _, url = served
+    model = run_ctx.policy.model
+    steps, forward = [], model.forward
+
+    @functools.wraps(forward)                     # generate reads forward's signature
+    def slow(*args, **kwargs):
+        steps.append(1)
+        time.sleep(0.05)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", slow)
+    # a stop id that is never sampled (a suppressed placeholder): answers run to max_new_tokens
+    monkeypatch.setattr(run_ctx.policy, "eos_ids", run_ctx.policy.placeholder_ids[:1])
+    (tmp_path / "leaver.py").write_text(LEAVER)
+    leaver = subprocess.Popen([sys.executable, str(tmp_path / "leaver.py"), url, api, image],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert leaver.stdout.readline().strip() == "streaming"
+        assert run_ctx.lock.locked()                                 # generating for it
+    finally:
+        leaver.kill()
+        leaver.wait()
+    deadline = time.monotonic() + 60
+    while run_ctx.lock.locked() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stopped_at = len(steps)
+    assert not run_ctx.lock.locked() and stopped_at < 400            # not the 1,024+ it asked
+    assert "demo-generate" not in {t.name for t in threading.enumerate()}
+    monkeypatch.undo()
+    status = Client(url, verbose=False).predict(
+        [handle_file(image)], "How many?", "", False, 1.0, 8, "", False,
+        api_name="/vision_answer")[-1]
+    assert status.startswith("✓ done: trained ")                     # served, not queued
+    assert len(steps) == stopped_at                                  # the dead answer stayed dead
+
+
+def test_the_demo_serves_only_its_examples_media_and_the_monitor_only_its_run(
+        served, run_ctx, model_run, tmp_path):
+    """Every file under the examples' media dir was served (a secret, the data with its gold
+    answers); /monitor read any directory and told whether a path existed."""
+    import urllib.error
+    import urllib.request
+
+    from gradio_client import Client
+
+    _, url = served
+
+    def status(path: Path) -> int:
+        try:
+            with urllib.request.urlopen(f"{url}gradio_api/file={path}") as reply:
+                return reply.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    image = Path(run_ctx.info.examples[0].images[0])
+    secret = image.parent / "secret.txt"
+    secret.write_text("the admin password\n")
+    try:
+        assert status(image) == 200
+        assert status(secret) == 403 and status(run_ctx.info.data_file) == 403
+        assert status(image.parent / ".." / run_ctx.info.data_file.name) == 403
+    finally:
+        secret.unlink()
+
+    client = Client(url, verbose=False)
+    refused = f"⚠ The monitor reads run dirs under `{run_ctx.run_dir}` only"
+    (tmp_path / "elsewhere").mkdir()
+    (model_run / "outside").symlink_to(tmp_path / "elsewhere")
+    try:
+        for path in ("/etc", str(tmp_path / "elsewhere"), str(tmp_path / "no-such-dir"),
+                     f"{model_run}/../{model_run.name}-not", str(model_run / "outside")):
+            plot, figures, message = client.predict(path, 0.5, api_name="/monitor")
+            assert message.startswith(refused) and plot is None and figures == "", path
+    finally:
+        (model_run / "outside").unlink()
+    assert "Waiting for the first step" in client.predict(
+        str(model_run / "checkpoints"), 0.5, api_name="/monitor")[-1]       # a dir inside it
+    assert "step 6 / 6" in client.predict(str(model_run), 0.5, api_name="/monitor")[-1]

@@ -101,11 +101,11 @@ def browser():
 
 
 def serve(run: Path, model: Path):
-    from apps.launcher import build_demo, launch, load_context, media_dirs
+    from apps.launcher import build_demo, launch, load_context, media_files
 
     ctx = load_context(str(model), str(run), device="cpu")
     demo = build_demo(ctx)
-    return ctx, demo, launch(demo, port=free_port(), block=False, allowed=media_dirs(ctx))
+    return ctx, demo, launch(demo, port=free_port(), block=False, allowed=media_files(ctx))
 
 
 @pytest.fixture(scope="module")

@@ -40,10 +40,13 @@ def test_robustness_rows_fill_in_per_operator_and_the_rest_are_named(ctx, image)
     expected = [n for n, op in OPERATORS.items() if op.kind == "image" or n in
                 ("template_swap", "format_instruction", "irrelevant_context")]
     assert names == ["clean", *[n for n in OPERATORS if n in expected]]
-    progress = updates[:-1]
+    progress = [u for u in updates[:-1] if u[2].endswith("…")]          # each operator's start
     assert [len(u[0]) for u in progress] == list(range(len(rows)))       # one more row each time
     assert [u[2] for u in progress][:2] == ["Running **clean** (1 of 10)…",
                                             f"Running **{names[1]}** (2 of 10)…"]
+    counts = [int(u[2].removesuffix(" tokens").rsplit(" ", 1)[1]) for u in updates
+              if u[2].startswith("Running **clean** (1 of 10)… ")]
+    assert counts[:-1] == list(range(1, len(counts))) and counts[-1] == counts[-2] <= 8  # per token
     assert status.startswith(f"✓ {len(expected)} operators ran")
     assert ("Did not apply to this sample: paraphrase (no reviewed rewrite rule matches the "
             "question); option_shuffle (needs options and a gold answer); option_relabel "
@@ -133,7 +136,7 @@ def test_robustness_table_marks_flips_against_the_clean_answer():
 
 def test_monitor_draws_labelled_panels_with_eval_markers_while_the_run_writes(tmp_path):
     run = write_run(tmp_path / "run")
-    fig, start_end, status = monitor_tab.refresh(str(run), 0.0)
+    fig, start_end, status = monitor_tab.refresh(str(run), 0.0, root=str(tmp_path))
     assert "(GRPO run): training, step 6 / 12" in status and "reward/mean 0.6" in status
     axes = fig.axes
     assert [ax.get_title() for ax in axes] == [p[0] for p in monitor_tab.PANELS["grpo"]]
@@ -144,7 +147,7 @@ def test_monitor_draws_labelled_panels_with_eval_markers_while_the_run_writes(tm
     assert start_end.startswith("Held-out accuracy **0.200 → 0.200**")
     assert "so far" in start_end
     (run / "summary.json").write_text(json.dumps({"accuracy_start": 0.2, "accuracy_end": 0.5}))
-    _, start_end, status = monitor_tab.refresh(str(run))
+    _, start_end, status = monitor_tab.refresh(str(run), root=str(run))
     assert "finished" in status
     assert start_end == "Held-out accuracy **0.200 → 0.500** (+30.0 points) (summary.json)."
 
@@ -164,7 +167,7 @@ def test_monitor_smoothing_keeps_the_raw_curve_faint():
 def test_monitor_shows_an_sft_run_with_its_loss_and_step_total(tmp_path, tiny_vl, shapes_dir):
     run = write_model_run(tmp_path / "sft", tiny_vl, tiny_vl, shapes_dir / "test.jsonl",
                           kind="sft")
-    fig, start_end, status = monitor_tab.refresh(str(run), 0.5)
+    fig, start_end, status = monitor_tab.refresh(str(run), 0.5, root=str(run))
     assert "(SFT run): finished, step 6 / 18" in status and "sft/loss" in status
     assert fig.axes[0].get_title() == "SFT loss" and len(fig.axes[0].lines) == 2
     assert fig.axes[0].get_ylabel() == "cross-entropy (nats per token)"
@@ -174,16 +177,18 @@ def test_monitor_shows_an_sft_run_with_its_loss_and_step_total(tmp_path, tiny_vl
 
 def test_monitor_says_what_is_missing_and_redraws_only_on_change(tmp_path):
     run = write_run(tmp_path / "nokl", kl=False, partial=False)
-    fig, _, status = monitor_tab.refresh(str(run))
+    fig, _, status = monitor_tab.refresh(str(run), root=str(tmp_path))
     assert "Not logged: KL to the reference" in status and "algo.beta" in status
     assert fig.axes[3].texts[0].get_text() == "not logged"
-    assert "does not exist" in monitor_tab.refresh(str(tmp_path / "nope"))[-1]
+    root = str(tmp_path)
+    assert "does not exist" in monitor_tab.refresh(str(tmp_path / "nope"), root=root)[-1]
     (tmp_path / "fresh").mkdir()
-    assert "Waiting for the first step" in monitor_tab.refresh(str(tmp_path / "fresh"))[-1]
-    assert "Give a run dir" in monitor_tab.refresh("")[-1]
-    before = monitor_tab.signature(str(run), 0.6)
-    assert monitor_tab.signature(str(run), 0.6) == before
-    assert monitor_tab.signature(str(run), 0.7) != before
+    assert "Waiting for the first step" in monitor_tab.refresh(str(tmp_path / "fresh"),
+                                                               root=root)[-1]
+    assert "Give a run dir" in monitor_tab.refresh("", root=str(tmp_path))[-1]
+    before = monitor_tab.signature(str(run), 0.6, str(tmp_path))
+    assert monitor_tab.signature(str(run), 0.6, str(tmp_path)) == before
+    assert monitor_tab.signature(str(run), 0.7, str(tmp_path)) != before
     with (run / "metrics.jsonl").open("a") as fh:
         fh.write(json.dumps({"step": 7, "reward/mean": 0.9}) + "\n")
-    assert monitor_tab.signature(str(run), 0.6) != before
+    assert monitor_tab.signature(str(run), 0.6, str(tmp_path)) != before

@@ -279,6 +279,7 @@ def find_problems(cfg: Config) -> list[str]:
         "model.param_dtype": (cfg.model.param_dtype, ("float32", "bfloat16")),
         "train.strategy": (cfg.train.strategy, ("auto", "ddp", "fsdp2")),
         "train.sampler": (cfg.train.sampler, ("uniform", "difficulty")),
+        "train.async_rollouts": (cfg.train.async_rollouts, ("none", "one_step_off")),
         "sft.pwsd.teacher": (cfg.sft.pwsd.teacher, ("live", "frozen")),
     }
     for key, (value, allowed) in choices.items():
@@ -351,7 +352,29 @@ def find_problems(cfg: Config) -> list[str]:
     for key in ("rewards", "eval_rewards", "objectives"):
         problems += _spec_problems(key, getattr(cfg, key))
     problems += _spec_problems("algo.shaping", cfg.algo.shaping)
+    problems += async_problems(cfg)
     return problems
+
+
+ASYNC_EXCLUDES = (
+    (lambda c: c.train.strategy == "fsdp2", "train.strategy fsdp2 (the behaviour copy would need "
+     "the gathered weights; use ddp)"),
+    (lambda c: c.rollout.backend == "vllm", "rollout.backend vllm (its engine holds its own "
+     "weights; use hf)"),
+    (lambda c: isinstance(c.rollout.branching, dict) and c.rollout.branching.get("kind", "none")
+     != "none", "rollout.branching (its hooks sit on the trained "
+     "model, not on the behaviour copy)"),
+    (lambda c: c.train.dynamic_sampling, "train.dynamic_sampling (it draws again after scoring, "
+     "which a batch generated ahead cannot)"),
+)
+"""What `train.async_rollouts: one_step_off` (mmrlvr/train/async_rollout.py) does not run with."""
+
+
+def async_problems(cfg: Config) -> list[str]:
+    if cfg.train.async_rollouts != "one_step_off":
+        return []
+    return [f"config key 'train.async_rollouts' one_step_off does not run with {why}"
+            for clash, why in ASYNC_EXCLUDES if clash(cfg)]
 
 
 def validate(cfg: Config) -> None:

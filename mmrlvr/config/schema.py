@@ -178,6 +178,8 @@ class TrainConfig:
     """Train only groups whose rewards have spread: draw more prompts while a step has fewer than batch_prompts of them (DAPO; docs/grpo-step.md)."""
     dynamic_max_draws: int = 3
     """Extra draws a step may make for dynamic_sampling; still short after them, it fills with zero-spread groups."""
+    async_rollouts: str = "none"
+    """one_step_off: generate the next step's rollouts on a thread while this step updates, from a copy of the weights before the update (one step stale; the ratio is taken against them; docs/grpo-step.md)."""
     eval_every: int = 0
     """Evaluate every N steps (0: only at start and end, where eval data is set)."""
     save_every: int = 0

@@ -40,6 +40,11 @@ def render(template: str, question: str) -> str:
     return template.replace(SLOT, question, 1)
 
 
+def template_rng(seed: int, step: int) -> random.Random:
+    """Step `step`'s own draw of templates: the same on resume, and for a batch drawn ahead."""
+    return random.Random(f"templates-{seed}-{step}")
+
+
 def apply_templates(examples: list[Example], templates: list[str] | tuple[str, ...],
                     rng: random.Random) -> list[Example]:
     """Wrap each example's prompt in a template drawn from `templates` (one draw per prompt).

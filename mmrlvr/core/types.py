@@ -43,6 +43,10 @@ class Rollouts:
     texts: list[str]                      # [B*G] decoded completions
     branch: list[str]                     # [B*G] branch tag per member ("clean", "noisy", ...)
     stats: dict[str, Any] = field(default_factory=dict)
+    behaviour_logprobs: torch.Tensor | None = None
+    """[B*G, C] logprobs under the weights that sampled a batch generated ahead of its step
+    (`train.async_rollouts`): the update's ratio is taken against them. None: sampled by the
+    weights being updated (the ratio starts at 1)."""
 
     def example_of(self, row: int) -> Example:
         return self.prompts.examples[row // self.group_size]

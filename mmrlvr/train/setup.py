@@ -25,6 +25,7 @@ from mmrlvr.data import Example, LoadReport, load_split
 from mmrlvr.algo import shaping
 from mmrlvr.rollout import make_engine
 from mmrlvr.train import parallel
+from mmrlvr.train.async_rollout import Prefetcher
 from mmrlvr.train.checkpoint import latest_checkpoint, load_sharded, load_trainer_state, set_rng_state
 from mmrlvr.train.parallel import Dist, LaunchError
 from mmrlvr.train.policy import Policy, bf16_update_warning, load_model
@@ -97,6 +98,9 @@ class Run:
     skips: Skips = None
     extra_evals: dict[str, list] = field(default_factory=dict)
     """The `data.eval` sets after the first, by name (`eval_data` is the first)."""
+    prefetch: Any = None
+    """`train.async_rollouts: one_step_off`: the behaviour copy and the batch in flight
+    (`mmrlvr.train.async_rollout.Prefetcher`); None: every step generates its own batch."""
 
 
 def start_processes(cfg: Config, batch: int, what: str = "train.batch_prompts") -> Dist:
@@ -305,5 +309,16 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool,
     run = Run(cfg, d, policy, engine,
               build_combined(cfg.rewards, error_log=errors), objectives, optimizer, scheduler,
               train_data, eval_data, sampler, ref_model, run_dir, report, shapers, lock,
-              Skips(), dict(extra_evals))
+              Skips(), dict(extra_evals), prefetcher(cfg, d, policy))
     return run, start_step
+
+
+def prefetcher(cfg: Config, d: Dist, policy: Policy) -> Prefetcher | None:
+    """The behaviour copy of `train.async_rollouts: one_step_off`, else None."""
+    if cfg.train.async_rollouts != "one_step_off":
+        return None
+    if d.strategy == "fsdp2":            # `auto` chose it: the config check saw no strategy
+        raise ValueError("train.async_rollouts one_step_off does not run under FSDP2 (train.strategy "
+                         "auto chose fsdp2 for this model): set train.strategy=ddp or turn it off")
+    return Prefetcher(policy, make_engine, cfg.rollout.decode, cfg.rollout.temperature,
+                      cfg.train.micro_batch)

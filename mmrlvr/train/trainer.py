@@ -30,12 +30,13 @@ from mmrlvr.algo import group_advantages, zero_spread_fraction
 from mmrlvr.algo.shaping import ShapeContext, token_credit
 from mmrlvr.config import Config, to_dict
 from mmrlvr.core.errors import TrainingError
-from mmrlvr.core.templates import apply_templates
+from mmrlvr.core.templates import apply_templates, template_rng as templates_for
 from mmrlvr.core.types import Scores
 from mmrlvr.rollout import SamplingParams
 from mmrlvr.rollout.base import truncated_rows
 from mmrlvr.rollout.diversity import rollout_metrics
 from mmrlvr.train import dynamic, parallel
+from mmrlvr.train.async_rollout import plans_ahead
 from mmrlvr.train.checkpoint import rng_state, save_checkpoint, sharded_state
 from mmrlvr.train.evaluate import evaluate_ranks, write_records
 from mmrlvr.train.logger import RunLogger, read_metrics
@@ -52,10 +53,12 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     """One GRPO step on this process's share of the next `batch_prompts` prompts."""
     cfg, policy, d = run.cfg, run.policy, run.dist
     t0 = time.perf_counter()
-    template_rng = random.Random(f"templates-{cfg.train.seed}-{step}")   # per step: resumes exactly
+    template_rng = templates_for(cfg.train.seed, step)       # per step: resumes exactly
     if cfg.train.dynamic_sampling:         # groups with reward spread, drawing more while short
         share = len(range(d.rank, cfg.train.batch_prompts, d.world))
         drawn = dynamic.collect(run, lambda: draw_batch(run, step, template_rng), share)
+    elif run.prefetch is not None:         # this step's batch was generated during the last update
+        drawn = draw_ahead(run, step, template_rng)
     else:
         drawn = draw_batch(run, step, template_rng)
     examples, rollouts, scores = drawn.examples, drawn.rollouts, drawn.scores
@@ -79,7 +82,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
 
     metrics = {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std(unbiased=False)),
                "reward/zero_spread_frac": zero_spread_fraction(rewards),
-               **{k: v for k, v in drawn.stats.items() if k.startswith("sampling/")}}
+               **{k: v for k, v in drawn.stats.items() if k.startswith(("sampling/", "async/"))}}
     if nonfinite.any():
         metrics["reward/nonfinite_frac"] = float(nonfinite.float().mean())
     if cfg.algo.mask_truncated:
@@ -103,21 +106,58 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
 def draw_batch(run: Run, step: int, template_rng: random.Random) -> dynamic.Drawn:
     """This rank's share of the next `batch_prompts` prompts, rolled out and scored; a sampler
     that learns from outcomes sees them (every rank the whole draw, so all keep one state)."""
-    cfg, policy, d = run.cfg, run.policy, run.dist
     t0 = time.perf_counter()
+    indices, examples, prompts = next_prompts(run, template_rng)
+    run.engine.wake_up()
+    rollouts = run.engine.generate(prompts, sampling_params(run.cfg))
+    run.engine.sleep()
+    return score_batch(run, step, indices, examples, rollouts, t0)
+
+
+def draw_ahead(run: Run, step: int, template_rng: random.Random) -> dynamic.Drawn:
+    """`train.async_rollouts: one_step_off`: the batch generated for this step during the last
+    update (else one generated now), scored; then, unless a checkpoint, an eval or the end
+    follows this step, the next step's prompts start generating from the weights as they are
+    before this update (mmrlvr/train/async_rollout.py)."""
+    t0 = time.perf_counter()
+    ahead = run.prefetch.take(step)
+    if ahead is None:
+        drawn = draw_batch(run, step, template_rng)
+    else:
+        indices, examples, rollouts, waited = ahead
+        drawn = score_batch(run, step, indices, examples, rollouts, t0)
+        drawn.stats["async/wait_s"] = waited
+    drawn.stats["async/stale"] = float(ahead is not None)
+    if plans_ahead(run.cfg, step):
+        indices, examples, prompts = next_prompts(run, templates_for(run.cfg.train.seed, step + 1))
+        run.prefetch.start(step + 1, indices, examples, prompts, sampling_params(run.cfg))
+    return drawn
+
+
+def next_prompts(run: Run, template_rng: random.Random) -> tuple[list[int], list, Any]:
+    """This rank's share of the sampler's next `batch_prompts` prompts: (dataset indices, the
+    examples with their templates, the encoded PromptBatch)."""
+    cfg, policy, d = run.cfg, run.policy, run.dist
     indices = run.sampler.next(cfg.train.batch_prompts)[d.rank::d.world]
     examples = [run.train_data[i] for i in indices]
     examples = apply_templates(examples, cfg.data.templates, template_rng)
     prompts = policy.adapter.encode(examples, policy.processor, system_prompt=cfg.data.system_prompt,
                                     format_prompt=cfg.data.format_prompt)
-    params = SamplingParams(n=cfg.rollout.group_size, max_new_tokens=cfg.rollout.max_new_tokens,
-                            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                            top_k=cfg.rollout.top_k)
-    run.engine.wake_up()
-    rollouts = run.engine.generate(prompts, params)
-    run.engine.sleep()
-    t1 = time.perf_counter()
+    return indices, examples, prompts
 
+
+def sampling_params(cfg: Config) -> SamplingParams:
+    r = cfg.rollout
+    return SamplingParams(n=r.group_size, max_new_tokens=r.max_new_tokens,
+                          temperature=r.temperature, top_p=r.top_p, top_k=r.top_k)
+
+
+def score_batch(run: Run, step: int, indices: list[int], examples: list, rollouts,
+                t0: float) -> dynamic.Drawn:
+    """The rewards of a rolled-out batch (every group's calls at once); `t0`: when its rollout
+    began (for time/rollout_s)."""
+    cfg, d = run.cfg, run.dist
+    t1 = time.perf_counter()
     G = cfg.rollout.group_size
     rows = [range(b * G, (b + 1) * G) for b in range(len(examples))]
     ids, kept = rollouts.completion_ids, rollouts.completion_mask.bool()
@@ -270,6 +310,8 @@ def _steps(run: Run, bar, logger: RunLogger, first: dict[str, Any], stop: Preemp
             _save(run, step)
         name = stop.asked(run.dist)
         if name and not last:            # the step is whole: keep it, and stop
+            if run.prefetch is not None:  # the batch in flight for the next step is dropped
+                run.prefetch.drop()
             if not saved:
                 _save(run, step)
             return step, name

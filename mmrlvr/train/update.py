@@ -56,6 +56,7 @@ class Update:
         self.total_tokens = max(d.all_sum(float(self.mask.sum())), 1.0)
         self.total_seqs = int(d.all_sum(float(N)))
         self.credit = credit or TokenCredit(advantages, None, cfg.algo.clip_low, cfg.algo.clip_high)
+        self.behaviour = rollouts.behaviour_logprobs      # [N, C]: a batch sampled a step ahead
         self.rows = self._rows(N)
         mb = cfg.train.micro_batch
         self.micro = [self.rows[i:i + mb] for i in range(0, len(self.rows), mb)]
@@ -95,7 +96,7 @@ class Update:
         old, ref = {}, {}
         with torch.no_grad():
             for part in self.micro:
-                if cfg.algo.ppo_epochs > 1:
+                if cfg.algo.ppo_epochs > 1 and self.behaviour is None:
                     (lp, _), _ = self.forward(part)
                     old.update({r: lp[i].cpu() for i, r in enumerate(part)})
                 if cfg.algo.beta > 0:
@@ -145,8 +146,7 @@ class Update:
         policy.router_losses.clear()
         (logp, entropy), width = self.forward(part, with_entropy=epoch == 0)
         m = self.mask[part, :width].to(logp.device).float()                        # [n, w]
-        old_lp = torch.stack([self.old[r][:width] for r in part]).to(logp.device) if self.old \
-            else logp.detach()
+        old_lp = self._old_logprobs(part, width, logp)
         ref_lp = torch.stack([self.ref[r][:width] for r in part]).to(logp.device) if self.ref else None
         shaped = {k: v.to(logp.device) if torch.is_tensor(v) else v
                   for k, v in self.credit.rows(part, width).items()}   # advantages, bounds
@@ -166,6 +166,15 @@ class Update:
         if epoch == 0:
             self._tally(part, width, logp, entropy, m)
         return loss
+
+    def _old_logprobs(self, part: list[int], width: int, logp: torch.Tensor) -> torch.Tensor:
+        """The ratio's denominator: the weights that sampled the rows (a batch generated a step
+        ahead), else the logprobs before this update's first epoch, else these (ratio 1)."""
+        if self.behaviour is not None:
+            return self.behaviour[part, :width].to(logp.device, logp.dtype)
+        if self.old:
+            return torch.stack([self.old[r][:width] for r in part]).to(logp.device)
+        return logp.detach()
 
     def _tally(self, part: list[int], width: int, logp: torch.Tensor, entropy: torch.Tensor,
                m: torch.Tensor) -> None:

@@ -611,3 +611,118 @@ def test_force_records_what_it_changed_and_overwrite_leaves_no_old_eval_records(
     (run / "my_notes.txt").write_text("mine\n")
     claim(run, resume=False, overwrite=True).release()
     assert sorted(p.name for p in run.iterdir()) == [".lock", "my_notes.txt"]
+
+
+# ---------------------------------------------------------------- prompt lengths at load
+
+def _rows_with(shapes_dir: Path, name: str, changes: dict[int, dict]) -> Path:
+    """The first 40 training rows of the shapes set with `changes` made to some of them,
+    written beside the set (its images stay inside the data dir)."""
+    rows = [json.loads(r) for r in (shapes_dir / "train.jsonl").read_text().splitlines()[:40]]
+    for k, change in changes.items():
+        rows[k].update(change)
+    path = shapes_dir / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_prompt_longer_than_the_context_is_refused_at_load_naming_its_row(
+        tmp_path, tiny_vl, shapes_dir):
+    """A million-character prompt passed load, and the first rollout tried to allocate 250 GB.
+    (`mmrlvr train` prints a DataError as one line and exits 2:
+    test_a_bad_image_late_in_the_split_is_found_before_training.)"""
+    from mmrlvr.data import DataError
+
+    huge = "How many shapes are there? " * 37_000                    # 999,000 characters
+    data = _rows_with(shapes_dir, "huge_prompt.jsonl", {10: {"id": "huge", "prompt": huge}})
+    path = config(tmp_path, tiny_vl, shapes_dir, "run", None, data={"train": str(data)})
+    with pytest.raises(DataError) as refused:
+        train(load_config(path), progress=False)
+    assert str(refused.value).startswith(f"{data}, row 11 (id huge): the prompt is at least ")
+    assert "over the model's context of 4,096 tokens (max_position_embeddings in " \
+        f"{tiny_vl}/config.json)" in str(refused.value) and "on_error=skip" in str(refused.value)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()          # nothing trained
+
+    # skipped and counted like any bad row; data.max_prompt_tokens bounds it further
+    long = "Count the shapes, then count them again. " * 20            # ~200 tokens
+    data = _rows_with(shapes_dir, "long_prompts.jsonl", {10: {"id": "huge", "prompt": huge},
+                                                           30: {"id": "long", "prompt": long}})
+    path = config(tmp_path, tiny_vl, shapes_dir, "skip", None, train={"steps": 1},
+                  data={"train": str(data), "on_error": "skip", "max_prompt_tokens": 150})
+    with pytest.warns(UserWarning, match="skipped 2 bad row"):
+        train(load_config(path), progress=False)
+    skipped = [json.loads(ln) for ln in (tmp_path / "skip" / "skipped_rows.jsonl").read_text()
+               .splitlines()]
+    assert [(s["id"], s["row"]) for s in skipped] == [("huge", 11), ("long", 31)]
+    assert all("over data.max_prompt_tokens (150)" in s["reason"] for s in skipped)
+    assert read_metrics(tmp_path / "skip" / "metrics.jsonl")[-1]["data/skipped_rows"] == 2
+
+
+def test_media_tokens_count_and_a_row_at_the_limit_is_measured_exactly(shapes_dir, tiny_vl,
+                                                                       policy):
+    """Eight images fit a limit of their exact length, ten do not: the bounds leave both rows
+    open, and the rollout's own encoding decides."""
+    from mmrlvr.config import Config, resolve_model_defaults
+    from mmrlvr.data import DataError, load_split
+    from mmrlvr.train.lengths import prompt_budget
+
+    image = json.loads((shapes_dir / "train.jsonl").read_text().splitlines()[0])["images"][0]
+    data = _rows_with(shapes_dir, "many_images.jsonl", {
+        5: {"id": "eight", "images": [image] * 8, "prompt": "<image>" * 8 + "How many?"},
+        6: {"id": "ten", "images": [image] * 10, "prompt": "<image>" * 10 + "How many?"}})
+    cfg = Config()
+    cfg.model.path, cfg.data.train = str(tiny_vl), str(data)
+    cfg = resolve_model_defaults(cfg)
+    rows = {ex.id: ex for ex in load_split(cfg.data, "train")}
+    eight, ten = (int(policy.adapter.encode([rows[i]], policy.processor)
+                      .inputs["attention_mask"].sum()) for i in ("eight", "ten"))
+    assert eight < ten
+    cfg.data.max_prompt_tokens = eight
+    budget = prompt_budget(cfg)
+    assert budget.limit == eight and budget.exact_tokens(rows["eight"]) == eight
+    for ex in (rows["eight"], rows["ten"]):                         # neither bound decides
+        assert budget.text_tokens(ex) <= eight < budget.text_tokens(ex) + budget.media_bound(ex)
+    with pytest.raises(DataError, match=rf"row 7 \(id ten\): the prompt is {ten:,} tokens with "
+                                        rf"its media, over data.max_prompt_tokens \({eight:,}\)"):
+        load_split(cfg.data, "train", budget=budget)
+    cfg.data.on_error = "skip"
+    with pytest.warns(UserWarning, match="skipped 1 bad row"):
+        kept = load_split(cfg.data, "train", budget=budget)
+    assert "eight" in {ex.id for ex in kept} and "ten" not in {ex.id for ex in kept}
+
+
+def test_the_length_check_leaves_a_split_as_it_was_and_a_lazy_split_is_checked_too(
+        tmp_path, shapes_dir, tiny_vl):
+    """On the default path (no data.max_prompt_tokens, prompts within the context) the split
+    loads exactly as without the check, and building the check draws no random numbers."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import dataclasses
+
+    from mmrlvr.config import Config, ConfigError, resolve_model_defaults, validate
+    from mmrlvr.data import DataError, load_dataset, load_split
+    from mmrlvr.train.lengths import prompt_budget
+
+    cfg = Config()
+    cfg.model.path, cfg.data.train = str(tiny_vl), str(shapes_dir / "train.jsonl")
+    cfg.data.format_prompt = "Put the answer in <answer></answer>."
+    cfg = resolve_model_defaults(cfg)
+    rng = torch.random.get_rng_state()
+    budget = prompt_budget(cfg)
+    assert torch.equal(rng, torch.random.get_rng_state())
+    assert load_split(cfg.data, "train", budget=budget) == load_split(cfg.data, "train")
+    assert prompt_budget(cfg).limit == 4096                         # the tiny model's context
+    with pytest.raises(ConfigError, match=r"data.max_prompt_tokens.*>= 0.*got -1"):
+        validate(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data,
+                                                                   max_prompt_tokens=-1)))
+
+    prompts = ["What is 2 + 2?"] * 5 + ["Count to a million. " * 50_000] + ["What is 3 + 3?"] * 5
+    table = pa.table({"prompt": prompts, "answer": ["4"] * len(prompts)})
+    pq.write_table(table, tmp_path / "text.parquet")
+    with pytest.raises(DataError, match=r"row 6 \(id text-6\): the prompt is 600,0\d\d tokens, "
+                                        r"over the model's context of 4,096"):
+        load_dataset(tmp_path / "text.parquet", lazy=True, budget=budget)
+    with pytest.warns(UserWarning, match="skipped 1 bad row"):
+        split = load_dataset(tmp_path / "text.parquet", lazy=True, budget=budget, on_error="skip")
+    assert len(split) == 10 and all(len(ex.prompt) < 20 for ex in split)

@@ -92,6 +92,8 @@ RANGES: list[tuple[str, Bound, str]] = [
                                   "16 (Qwen-VL merges frames in pairs)"),
     ("data.max_video_pixels", NON_NEGATIVE, "the largest frame area after resizing, e.g. 12544 "
                                             "(112·112); 0 takes model.max_pixels"),
+    ("data.max_prompt_tokens", NON_NEGATIVE, "the longest prompt in tokens, media included, "
+                                             "e.g. 4096; 0 leaves only the model's context"),
     ("rollout.group_size", Bound(2), "GRPO compares the completions of a group; use e.g. 4–16"),
     ("rollout.max_new_tokens", NON_NEGATIVE, "the longest completion in tokens, e.g. 64 (tiny "
                                              "CPU model) to 1024 or more (long reasoning); 0 "

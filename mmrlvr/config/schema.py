@@ -84,6 +84,8 @@ class DataConfig:
     """Most frames sampled from one video (an even number; longer videos are sampled sparser)."""
     max_video_pixels: int = 0
     """Largest frame area after resizing (0: model.max_pixels)."""
+    max_prompt_tokens: int = 0
+    """Longest prompt in tokens (text, system/format prompts and media) a row may have; longer rows are bad rows (0: only the model's context bounds it)."""
     columns: dict[str, str] = field(default_factory=dict)
     """Column of each Example field, e.g. {prompt: problem, answer: solution, images: image} (empty: detect TRL/EasyR1/ms-swift layouts)."""
 

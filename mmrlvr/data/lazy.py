@@ -9,11 +9,13 @@ medium up front):
 - up front: the layout against the schema (the mapped columns exist); every row's text columns
   (prompt or messages, gold answer, steps, choices, id), read without the media columns, which
   only give their item counts (so `<image>` placeholders are matched against the images of every
-  row); and every medium of a sample of `SAMPLE` rows spread over the split (decoded and sized,
+  row, and every prompt's length is bounded without its media, `mmrlvr.data.lengths`); and every
+  medium of a sample of `SAMPLE` rows spread over the split (decoded and sized,
   as a loaded split checks all of them). Bad rows raise, or with `on_error: skip` are dropped
   and recorded, as in a loaded split.
 - when a row is drawn: its media are built and checked (a file must exist and be within the
-  size limit by its header; an in-dataset image is decoded then, once). A failure raises a
+  size limit by its header; an in-dataset image is decoded then, once), and a prompt the scan
+  left open (near the limit with its media) is measured exactly. A failure raises a
   `DataError` naming the file and row; with `on_error: skip` the row is replaced by the next one
   that builds, with a warning, and added to the load report.
 """
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from mmrlvr.data.formats import Layout
+from mmrlvr.data.lengths import PromptBudget
 from mmrlvr.data.media import MediaLimits, access_problem
 from mmrlvr.data.rows import DataError, DataWarning, Example, LoadReport, SkippedRow, row_error
 
@@ -43,9 +46,9 @@ class LazySplit(Sequence):
 
     def __init__(self, source: Any, layout: Layout, positions: np.ndarray,
                  build: Callable[[dict, str, int], Example], limits: MediaLimits, on_error: str,
-                 report: LoadReport):
+                 report: LoadReport, budget: PromptBudget | None = None):
         self.source, self.layout, self.positions = source, layout, positions
-        self._build, self._limits = build, limits
+        self._build, self._limits, self._budget = build, limits, budget
         self._on_error, self._report = on_error, report
 
     def __len__(self) -> int:
@@ -75,6 +78,8 @@ class LazySplit(Sequence):
         try:
             example = self._build(self.source.row(pos), file, line)
             problem = access_problem(example, self._limits) if self._limits.decode else None
+            if problem is None and self._budget is not None:
+                problem = self._budget.problem(example)
             if problem:
                 raise row_error(file, line, problem, example.id)
         except DataError as err:

@@ -1,10 +1,10 @@
 """Loading datasets: a spec (see `mmrlvr.data.sources`: JSONL/JSON, parquet, Arrow, a
 `save_to_disk` dir, parquet shards, `PATH@SPLIT`, with an optional `layout:` prefix) read through
 a layout (`mmrlvr.data.formats`: detected TRL/EasyR1/ms-swift/mmrlvr columns, `data.columns`, or
-a named layout), every row and medium checked up front (`mmrlvr.data.media`), bad rows raised or
-skipped and recorded. Datasets over `LAZY_BYTES` come back as a `LazySplit` (`mmrlvr.data.lazy`:
-what it checks up front and what when a row is drawn); the rest as a list of Examples. And
-writing JSONL back."""
+a named layout), every row and medium checked up front (`mmrlvr.data.media`) and, given a
+budget, every prompt's length (`mmrlvr.data.lengths`), bad rows raised or skipped and recorded.
+Datasets over `LAZY_BYTES` come back as a `LazySplit` (`mmrlvr.data.lazy`: what it checks up
+front and what when a row is drawn); the rest as a list of Examples. And writing JSONL back."""
 from __future__ import annotations
 
 import hashlib
@@ -22,6 +22,7 @@ import numpy as np
 
 from mmrlvr.data.formats import LAYOUTS, Layout, RowPlace, build_example, detect_layout
 from mmrlvr.data.lazy import LazySplit, sample_positions
+from mmrlvr.data.lengths import PromptBudget
 from mmrlvr.data.media import MediaLimits, _media_checks
 from mmrlvr.data.rows import DataError, DataWarning, Example, LoadReport, SkippedRow, row_error
 from mmrlvr.data.sources import LAZY_BYTES, JsonSource, TableSource, open_source
@@ -39,11 +40,12 @@ Build = Callable[[Any, str, int], tuple[Example, bool]]
 
 
 def _check_rows(rows: Iterable[tuple[Any, str, int, Any]], build: Build, *, on_error: str,
-                limits: MediaLimits) -> tuple[list[tuple[Any, Example]], list[SkippedRow],
-                                              list[int]]:
-    """Build and media-check rows given as (key, file, row number, row or DataError): the kept
-    (key, Example) pairs, the skipped rows, and the row numbers whose answers were numbers.
-    With `on_error="raise"` the first bad row raises."""
+                limits: MediaLimits, budget: PromptBudget | None = None, exact: bool = True
+                ) -> tuple[list[tuple[Any, Example]], list[SkippedRow], list[int]]:
+    """Build and media-check rows given as (key, file, row number, row or DataError), and
+    measure each prompt against `budget` (`exact=False`: no media read, `PromptBudget.problem`):
+    the kept (key, Example) pairs, the skipped rows, and the row numbers whose answers were
+    numbers. With `on_error="raise"` the first bad row raises."""
     built: list[tuple[Any, str, int, Example | DataError, bool]] = []
     for key, file, line, row in rows:
         item, converted = row, False
@@ -63,6 +65,8 @@ def _check_rows(rows: Iterable[tuple[Any, str, int, Any]], build: Build, *, on_e
         for key, file, line, item, converted in built:
             if isinstance(item, Example):
                 problem = next(problems) if limits.decode else None
+                if problem is None and budget is not None:
+                    problem = budget.problem(item, exact)
                 if problem is None:
                     kept.append((key, item))
                     if converted:
@@ -106,7 +110,7 @@ def _builder(source: JsonSource | TableSource, layout: Layout, allow_outside: bo
 
 def _load_json(source: JsonSource, base: Layout | None, columns: dict[str, str] | None,
                allow_outside: bool, on_error: str, report: LoadReport,
-               limits: MediaLimits) -> list[Example]:
+               limits: MediaLimits, budget: PromptBudget | None = None) -> list[Example]:
     """JSON rows: the layout is told from the first row that is an object."""
     layout: Layout | None = None
     build: Build | None = None
@@ -121,7 +125,8 @@ def _load_json(source: JsonSource, base: Layout | None, columns: dict[str, str] 
         return build(row, file, line)
 
     rows = ((None, file, line, row) for file, line, row in source.rows())
-    kept, skipped, converted = _check_rows(rows, build_row, on_error=on_error, limits=limits)
+    kept, skipped, converted = _check_rows(rows, build_row, on_error=on_error, limits=limits,
+                                           budget=budget)
     _record(report, source.label, len(kept), skipped, converted)
     return [ex for _, ex in kept]
 
@@ -136,11 +141,12 @@ def _table_rows(source: TableSource, columns: list[str] | None = None,
 
 
 def _load_table(source: TableSource, layout: Layout, allow_outside: bool, on_error: str,
-                report: LoadReport, limits: MediaLimits) -> list[Example] | LazySplit:
+                report: LoadReport, limits: MediaLimits, budget: PromptBudget | None = None
+                ) -> list[Example] | LazySplit:
     build = _builder(source, layout, allow_outside)
     if not source.lazy:
         kept, skipped, converted = _check_rows(_table_rows(source), build, on_error=on_error,
-                                               limits=limits)
+                                               limits=limits, budget=budget)
         _record(report, source.label, len(kept), skipped, converted)
         return [ex for _, ex in kept]
     names = source.table.column_names
@@ -158,17 +164,19 @@ def _load_table(source: TableSource, layout: Layout, allow_outside: bool, on_err
     rows = _table_rows(source, text, fill)
     while batch := list(itertools.islice(rows, 4096)):
         kept, bad, numeric = _check_rows(batch, scan, on_error=on_error,
-                                         limits=MediaLimits(decode=False))
+                                         limits=MediaLimits(decode=False), budget=budget,
+                                         exact=False)
         positions += [pos for pos, _ in kept]
         skipped += bad
         converted += numeric
     sample = [positions[i] for i in sample_positions(len(positions))]
     drawn = ((pos, *source.where(pos), source.row(pos)) for pos in sample)
-    kept, bad, _ = _check_rows(drawn, build, on_error=on_error, limits=limits)
+    kept, bad, _ = _check_rows(drawn, build, on_error=on_error, limits=limits, budget=budget)
     dropped = set(sample) - {pos for pos, _ in kept}
     split = LazySplit(source, layout, np.array([p for p in positions if p not in dropped],
                                                dtype=np.int64),
-                      lambda row, file, line: build(row, file, line)[0], limits, on_error, report)
+                      lambda row, file, line: build(row, file, line)[0], limits, on_error, report,
+                      budget)
     _record(report, source.label, len(split), skipped + bad, converted)
     return split
 
@@ -177,14 +185,16 @@ def load_dataset(spec: str | Path, *, on_error: str = "raise", report: LoadRepor
                  allow_outside: bool = False, max_image_pixels: int = 64_000_000,
                  max_audio_seconds: float = 600.0, check_media: bool = True,
                  columns: dict[str, str] | None = None, lazy: bool | None = None,
-                 max_video_seconds: float = 600.0) -> list[Example] | LazySplit:
+                 max_video_seconds: float = 600.0, budget: PromptBudget | None = None
+                 ) -> list[Example] | LazySplit:
     """Load a dataset spec: a file, a dir or `PATH@SPLIT` (`mmrlvr.data.sources`), optionally
     prefixed `layout:` for a named layout (`LAYOUTS`); `columns` is `data.columns`.
 
     Every row is checked now: answers, and each image/audio/video (files inside the data's dir
     unless `allow_outside`; decodable; at most `max_image_pixels` / `max_audio_seconds` /
     `max_video_seconds`).
-    `check_media=False` keeps only the path and existence checks. Bad rows raise `DataError`,
+    `check_media=False` keeps only the path and existence checks. With a `budget`
+    (`mmrlvr.data.lengths`), a prompt longer than it is a bad row. Bad rows raise `DataError`,
     or with `on_error="skip"` are dropped and recorded in `report`. `lazy` serves an Arrow or
     parquet dataset as a `LazySplit` (None: when its files pass `LAZY_BYTES`).
     """
@@ -200,10 +210,11 @@ def load_dataset(spec: str | Path, *, on_error: str = "raise", report: LoadRepor
     limits = MediaLimits(allow_outside, max_image_pixels, max_audio_seconds, check_media,
                          max_video_seconds)
     if isinstance(source, JsonSource):
-        examples = _load_json(source, base, columns, allow_outside, on_error, report, limits)
+        examples = _load_json(source, base, columns, allow_outside, on_error, report, limits,
+                              budget)
     else:
         layout = detect_layout(source.table.column_names, source.label, columns, base)
-        examples = _load_table(source, layout, allow_outside, on_error, report, limits)
+        examples = _load_table(source, layout, allow_outside, on_error, report, limits, budget)
     if not examples:
         raise DataError(f"{spec}: the dataset is empty (no usable rows)")
     return examples
@@ -234,10 +245,11 @@ def load_table(path: str | Path, *, layout: str, **options: Any) -> list[Example
     return load_dataset(f"{layout}:{path}", **options)
 
 
-def load_split(data_cfg: DataConfig, which: str, report: LoadReport | None = None
-               ) -> Sequence[Example]:
+def load_split(data_cfg: DataConfig, which: str, report: LoadReport | None = None,
+               budget: PromptBudget | None = None) -> Sequence[Example]:
     """The `train` or `eval` split of a `data:` config, with all its load options: a list of
-    Examples, or a `LazySplit` for a big Arrow/parquet dataset (index it the same way).
+    Examples, or a `LazySplit` for a big Arrow/parquet dataset (index it the same way). With
+    a `budget` (`mmrlvr.train.lengths.prompt_budget`), prompts longer than it are bad rows.
 
     An empty `data.eval` gives []; eval keeps at most `data.eval_limit` rows (0: all).
     """
@@ -254,7 +266,7 @@ def load_split(data_cfg: DataConfig, which: str, report: LoadReport | None = Non
                             max_image_pixels=data_cfg.max_image_pixels,
                             max_audio_seconds=data_cfg.max_audio_seconds,
                             max_video_seconds=data_cfg.max_video_seconds,
-                            columns=dict(data_cfg.columns or {}))
+                            columns=dict(data_cfg.columns or {}), budget=budget)
     if which == "eval" and data_cfg.eval_limit:
         examples = examples[:data_cfg.eval_limit]
     return examples

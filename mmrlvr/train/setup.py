@@ -26,6 +26,7 @@ from mmrlvr.algo import shaping
 from mmrlvr.rollout import make_engine
 from mmrlvr.train import parallel
 from mmrlvr.train.async_rollout import Prefetcher
+from mmrlvr.train.lengths import prompt_budget
 from mmrlvr.train.checkpoint import latest_checkpoint, load_sharded, load_trainer_state, set_rng_state
 from mmrlvr.train.parallel import Dist, LaunchError
 from mmrlvr.train.policy import Policy, bf16_update_warning, load_model
@@ -194,10 +195,11 @@ def load_reference(cfg: Config, d: Dist, policy: Policy) -> torch.nn.Module:
     return ref
 
 
-def load_eval_sets(data_cfg: DataConfig) -> list[tuple[str, Sequence[Example]]]:
+def load_eval_sets(data_cfg: DataConfig, budget=None) -> list[tuple[str, Sequence[Example]]]:
     """Every `data.eval` set as (name, examples), in config order, each loaded with the data
-    options and cut to `data.eval_limit` rows on its own; [] without eval data."""
-    return [(name, load_split(dataclasses.replace(data_cfg, eval=path), "eval"))
+    options (and the prompt `budget`) and cut to `data.eval_limit` rows on its own; [] without
+    eval data."""
+    return [(name, load_split(dataclasses.replace(data_cfg, eval=path), "eval", budget=budget))
             for name, path in eval_sets(data_cfg.eval)]
 
 
@@ -248,8 +250,9 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool,
         save_config(cfg, run_dir / "config.yaml")
 
     report = LoadReport()
-    train_data = load_split(cfg.data, "train", report)
-    (_, eval_data), *extra_evals = load_eval_sets(cfg.data) or [("eval", [])]
+    budget = prompt_budget(cfg)             # prompts over the model's context: bad rows at load
+    train_data = load_split(cfg.data, "train", report, budget)
+    (_, eval_data), *extra_evals = load_eval_sets(cfg.data, budget) or [("eval", [])]
     if d.main:
         report.write(run_dir)                  # skipped_rows.jsonl: file, row, id, reason
 

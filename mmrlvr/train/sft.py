@@ -32,6 +32,7 @@ from mmrlvr.train.evaluate import evaluate_ranks, write_records
 from mmrlvr.train.logger import RunLogger
 from mmrlvr.rollout import make_engine
 from mmrlvr.train.sampler import PromptSampler
+from mmrlvr.train.lengths import prompt_budget
 from mmrlvr.train.setup import (claim_run_dir, load_eval_sets, load_policy, seed_everything,
                                 start_processes, warmup_cosine)
 from mmrlvr.train.trainer import train
@@ -129,12 +130,13 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
     if d.main:
         save_config(cfg, out_dir / "config.yaml")
     report = LoadReport()
-    data = load_split(cfg.data, "train", report)
+    budget = prompt_budget(cfg, cfg.sft.init or None)   # prompts over the context: bad rows
+    data = load_split(cfg.data, "train", report, budget)
     if d.main:
         report.write(out_dir)                  # skipped_rows.jsonl: file, row, id, reason
     for i in range(0, len(data), max(1, len(data) // 256)):   # every row of a loaded split;
         sft_target(data[i])                # 256 spread over a lazy one (the rest when drawn)
-    eval_data = (load_eval_sets(cfg.data) or [("eval", [])])[0][1]     # SFT evaluates the first set
+    eval_data = (load_eval_sets(cfg.data, budget) or [("eval", [])])[0][1]  # SFT: the first set
     policy = load_policy(cfg, d, init=cfg.sft.init or None)
     adapter = policy.adapter
     engine = make_engine("hf", policy)

@@ -23,6 +23,10 @@ OLD_DEFAULTS = {"model.min_pixels": 56 * 56, "model.max_pixels": 112 * 112,
 FAMILY = {"tones_cpu.yaml": "qwen2-audio", "qwen2audio7b_rubrics.yaml": "qwen2-audio",
           "qwen25omni7b_rubrics.yaml": "qwen2.5-omni"}
 """The tiny family of the model each shipped config that leaves a key out runs on."""
+NO_IMAGES = {"avqa_qwen3omni30b_a3b_lora.yaml", "arith_om_grpo_smollm2_cpu.yaml",
+             "arith_smollm2_lora_cpu.yaml"}
+"""Configs written after the defaults came from the model, for audio or text rows: they leave only
+the pixel bounds (which no row of theirs uses) to the model, and set rollout.max_new_tokens."""
 
 
 def _values(cfg: Config) -> dict[str, int]:
@@ -111,6 +115,10 @@ def test_every_shipped_config_keeps_the_values_it_ran_with(path, tiny_audio_dirs
     raw = yaml.safe_load(path.read_text())
     left_out = [key for key in OLD_DEFAULTS
                 if key.split(".")[1] not in (raw.get(key.split(".")[0]) or {})]
+    if path.name in NO_IMAGES:
+        assert left_out == ["model.min_pixels", "model.max_pixels"], left_out
+        assert load_config(path).model.modality in ("audio", "text")
+        return
     assert (path.name in FAMILY) == bool(left_out), f"{path.name} leaves out {left_out}"
     cfg = load_config(path)
     before = {key: OLD_DEFAULTS[key] if key in left_out else value

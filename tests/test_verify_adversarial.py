@@ -12,6 +12,7 @@ seconds or more at the larger size; a busy machine slows both sizes alike, so it
 ``python bench/verify.py --adversarial`` prints the absolute figures (the target: < 50 ms a call).
 """
 
+import gc
 import random
 import time
 
@@ -34,15 +35,21 @@ def _warm_sympy():
 
 
 def _cpu(fn, args) -> float:
-    """`fn(*args)`'s CPU time in this process (a wall clock counts other jobs): best of 3, or
-    one run past 50 ms, where noise is small beside it."""
+    """`fn(*args)`'s CPU time in this process (a wall clock counts other jobs), with the garbage
+    collector off (a collection of earlier tests' objects once cost a 25 ms call 150 ms): best of
+    3, or one run past 0.5 s, where noise is small beside it."""
     times = []
-    for _ in range(3):
-        t0 = time.process_time()
-        fn(*args)
-        times.append(time.process_time() - t0)
-        if times[-1] > 0.05:
-            break
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            t0 = time.process_time()
+            fn(*args)
+            times.append(time.process_time() - t0)
+            if times[-1] > 0.5:
+                break
+    finally:
+        gc.enable()
     return min(times)
 
 

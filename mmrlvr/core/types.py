@@ -100,15 +100,12 @@ class Scores:
         """[B, G] bool: completion (b, g) counts as correct when part `key` is >= `threshold`, or,
         where its rewards have no such part, when `overall` is (`strict`: a KeyError naming the
         parts instead). The one rule every method that asks "was it right?" uses."""
-        missing = next((s for s in self.flat if key not in s), None)
-        if strict and missing is not None:
-            raise KeyError(f"{key!r} is not among the step's reward parts {sorted(missing)}")
+        if strict:
+            missing = next((s for s in self.flat if key not in s), None)
+            if missing is not None:
+                raise KeyError(f"{key!r} is not among the step's reward parts {sorted(missing)}")
         return torch.tensor([[s.get(key, s["overall"]) >= threshold for s in group]
                              for group in self.parts], dtype=torch.bool).reshape(len(self.parts), -1)
-
-    def groups(self, index: list[int]) -> Scores:
-        """The scores of groups `index`, in that order."""
-        return Scores([self.parts[b] for b in index])
 
 
 class ModalityAdapter(Protocol):

@@ -42,6 +42,7 @@ import torch
 
 from mmrlvr.core.types import Rollouts
 
+
 @dataclass
 class _Flight:
     """The batch being generated for `step`, and what the thread left."""
@@ -51,7 +52,6 @@ class _Flight:
     examples: list[Any]
     thread: threading.Thread
     box: dict = field(default_factory=dict)
-    started: float = 0.0
 
 
 class Prefetcher:
@@ -90,7 +90,7 @@ class Prefetcher:
                 box["error"] = err
 
         thread = threading.Thread(target=work, name=f"rollouts-step-{step}", daemon=True)
-        self.flight = _Flight(step, indices, examples, thread, box, time.perf_counter())
+        self.flight = _Flight(step, indices, examples, thread, box)
         thread.start()
 
     def take(self, step: int) -> tuple[list[int], list[Any], Rollouts, float] | None:

@@ -209,129 +209,157 @@ _SQUAREFREE = (2, 3, 5, 6, 7, 10, 11, 13, 14, 15, 17, 19, 21, 22, 23)
 
 
 def _expr_item(rng: random.Random, i: int):
-    t = i % 6
-    if t == 0:  # a sqrt(b)
-        a = rng.randint(2, 12)
-        b = rng.choice(_SQUAREFREE)
-        gold = f"{a}\\sqrt{{{b}}}"
-        rw = [
-            ("spaced", f"{a} \\sqrt{{ {b} }}"),
-            ("cdot", f"{a} \\cdot \\sqrt{{{b}}}"),
-            ("commuted", f"\\sqrt{{{b}}} \\cdot {a}"),
-            ("single_radical", f"\\sqrt{{{a * a * b}}}"),
-            ("frac_unreduced", f"\\frac{{{2 * a}\\sqrt{{{b}}}}}{{2}}"),
-            ("dfrac_unreduced", f"\\dfrac{{{3 * a}\\sqrt{{{b}}}}}{{3}}"),
-            ("ascii_sqrt", f"{a}*sqrt({b})"),
-        ]
-        if b < 10:
-            rw.append(("sqrt_no_braces", f"{a}\\sqrt {b}"))
-        near = [
-            ("coefficient_plus_one", f"{a + 1}\\sqrt{{{b}}}"),
-            ("radicand_plus_one", f"{a}\\sqrt{{{b + 1}}}"),
-            ("sign_flip", f"-{a}\\sqrt{{{b}}}"),
-            ("coefficient_inside", f"\\sqrt{{{a * b}}}"),
-            ("plus_one", f"{a}\\sqrt{{{b}}}+1"),
-        ]
-    elif t == 1:  # k pi / m
-        m = rng.randint(2, 12)
-        k = rng.randint(1, 11)
-        while gcd(k, m) != 1:
-            k += 1
-        kk = "" if k == 1 else str(k)
-        gold = f"\\frac{{{kk}\\pi}}{{{m}}}"
-        rw = [
-            ("coefficient_outside", f"\\frac{{{k}}}{{{m}}}\\pi"),
-            ("slash", f"{kk}\\pi/{m}"),
-            ("dfrac", f"\\dfrac{{{kk}\\pi}}{{{m}}}"),
-            ("tfrac", f"\\tfrac{{{kk} \\pi}}{{{m}}}"),
-            ("pi_first", f"\\pi \\cdot \\frac{{{k}}}{{{m}}}"),
-            ("unreduced", f"\\frac{{{2 * k}\\pi}}{{{2 * m}}}"),
-            ("unicode_pi", f"{kk}π/{m}"),
-        ]
-        near = [
-            ("coefficient_plus_one", f"\\frac{{{k + 1}\\pi}}{{{m}}}"),
-            ("denominator_plus_one", f"\\frac{{{kk}\\pi}}{{{m + 1}}}"),
-            ("missing_pi", f"\\frac{{{k}}}{{{m}}}"),
-            ("sign_flip", f"-\\frac{{{kk}\\pi}}{{{m}}}"),
-            ("reciprocal", f"\\frac{{{m}}}{{{kk}\\pi}}"),
-        ]
-    elif t == 2:  # (x - r1)(x - r2) expanded
-        r1 = rng.randint(-9, 9) or 1
-        r2 = rng.randint(-9, 9) or -2
-        if r1 + r2 == 0:
-            r2 += 1 if r2 != -1 else 2
-        b, c = -(r1 + r2), r1 * r2
-        gold = f"x^2{_signed(b)}x{_signed(c)}"
-        rw = [
-            ("braced_exponent", f"x^{{2}}{_signed(b)}x{_signed(c)}"),
-            ("reordered", f"{c}{_signed(b)}x+x^2"),
-            ("spaced", f"x^2 {_signed(b, spaced=True)} x {_signed(c, spaced=True)}"),
-            ("factored", f"(x{_signed(-r1)})(x{_signed(-r2)})"),
-            ("cdot", f"x \\cdot x{_signed(b)} \\cdot x{_signed(c)}"),
-            ("left_right", f"\\left(x{_signed(-r1)}\\right)\\left(x{_signed(-r2)}\\right)"),
-        ]
-        near = [
-            ("constant_plus_one", f"x^2{_signed(b)}x{_signed(c + 1)}"),
-            ("linear_sign_flip", f"x^2{_signed(-b)}x{_signed(c)}"),
-            ("cubic", f"x^3{_signed(b)}x{_signed(c)}"),
-            ("factor_sign_flip", f"(x{_signed(r1)})(x{_signed(-r2)})"),
-            ("variable_renamed", f"y^2{_signed(b)}y{_signed(c)}"),
-        ]
-    elif t == 3:  # sqrt(a)/b
-        a = rng.choice(_SQUAREFREE)
-        b = rng.randint(2, 9)
-        gold = f"\\frac{{\\sqrt{{{a}}}}}{{{b}}}"
-        rw = [
-            ("slash", f"\\sqrt{{{a}}}/{b}"),
-            ("coefficient_outside", f"\\frac{{1}}{{{b}}}\\sqrt{{{a}}}"),
-            ("dfrac", f"\\dfrac{{\\sqrt{{{a}}}}}{{{b}}}"),
-            ("rationalised_inverse", f"\\frac{{{a}}}{{{b}\\sqrt{{{a}}}}}"),
-            ("single_radical", f"\\sqrt{{\\frac{{{a}}}{{{b * b}}}}}"),
-        ]
-        if a < 10:
-            rw.append(("sqrt_no_braces", f"\\frac{{\\sqrt {a}}}{{{b}}}"))
-        near = [
-            ("swapped", f"\\frac{{{b}}}{{\\sqrt{{{a}}}}}"),
-            ("radicand_plus_one", f"\\frac{{\\sqrt{{{a + 1}}}}}{{{b}}}"),
-            ("denominator_plus_one", f"\\frac{{\\sqrt{{{a}}}}}{{{b + 1}}}"),
-            ("missing_sqrt", f"\\frac{{{a}}}{{{b}}}"),
-            ("sign_flip", f"-\\frac{{\\sqrt{{{a}}}}}{{{b}}}"),
-        ]
-    elif t == 4:  # e^{k}
-        k = rng.randint(2, 9)
-        gold = f"e^{{{k}}}"
-        rw = [
-            ("no_braces", f"e^{k}"),
-            ("exp", f"\\exp({k})"),
-            ("mathrm_e", f"\\mathrm{{e}}^{{{k}}}"),
-            ("product", f"e^{{{k - 1}}} \\cdot e"),
-            ("reciprocal_negative", f"\\frac{{1}}{{e^{{-{k}}}}}"),
-        ]
-        near = [
-            ("exponent_plus_one", f"e^{{{k + 1}}}"),
-            ("exponent_sign_flip", f"e^{{-{k}}}"),
-            ("swapped", f"{k}^{{e}}"),
-            ("product_not_power", f"{k}e"),
-        ]
-    else:  # a x + b / (log, powers of two)
-        n = rng.randint(3, 40)
-        gold = f"2^{{{n}}}"
-        rw = [
-            ("value", str(2**n)),
-            ("value_thousands", _group3(str(2**n), ",")),
-            ("no_braces_if_short", f"2^{n}" if n < 10 else f"2^{{{n}}}"),
-            ("power_of_four", f"4^{{{n // 2}}}" + ("\\cdot 2" if n % 2 else "")),
-            ("product", f"2 \\cdot 2^{{{n - 1}}}"),
-        ]
-        near = [
-            ("value_plus_one", str(2**n + 1)),
-            ("value_minus_one", str(2**n - 1)),
-            ("exponent_plus_one", f"2^{{{n + 1}}}"),
-        ]
-        if n**2 != 2**n:  # 2^4 == 4^2 is not a near miss
-            near.append(("swapped", f"{n}^{{2}}"))
-    rw = rewrites(gold) + rw
-    return gold, None, rw, near
+    gold, rw, near = _EXPR_KINDS[i % len(_EXPR_KINDS)](rng)
+    return gold, None, rewrites(gold) + rw, near
+
+
+def _expr_root_coefficient(rng: random.Random):
+    """a√b: the gold form, its rewrites, its near misses."""
+    a = rng.randint(2, 12)
+    b = rng.choice(_SQUAREFREE)
+    gold = f"{a}\\sqrt{{{b}}}"
+    rw = [
+        ("spaced", f"{a} \\sqrt{{ {b} }}"),
+        ("cdot", f"{a} \\cdot \\sqrt{{{b}}}"),
+        ("commuted", f"\\sqrt{{{b}}} \\cdot {a}"),
+        ("single_radical", f"\\sqrt{{{a * a * b}}}"),
+        ("frac_unreduced", f"\\frac{{{2 * a}\\sqrt{{{b}}}}}{{2}}"),
+        ("dfrac_unreduced", f"\\dfrac{{{3 * a}\\sqrt{{{b}}}}}{{3}}"),
+        ("ascii_sqrt", f"{a}*sqrt({b})"),
+    ]
+    if b < 10:
+        rw.append(("sqrt_no_braces", f"{a}\\sqrt {b}"))
+    near = [
+        ("coefficient_plus_one", f"{a + 1}\\sqrt{{{b}}}"),
+        ("radicand_plus_one", f"{a}\\sqrt{{{b + 1}}}"),
+        ("sign_flip", f"-{a}\\sqrt{{{b}}}"),
+        ("coefficient_inside", f"\\sqrt{{{a * b}}}"),
+        ("plus_one", f"{a}\\sqrt{{{b}}}+1"),
+    ]
+    return gold, rw, near
+
+
+def _expr_pi_fraction(rng: random.Random):
+    """kπ/m: the gold form, its rewrites, its near misses."""
+    m = rng.randint(2, 12)
+    k = rng.randint(1, 11)
+    while gcd(k, m) != 1:
+        k += 1
+    kk = "" if k == 1 else str(k)
+    gold = f"\\frac{{{kk}\\pi}}{{{m}}}"
+    rw = [
+        ("coefficient_outside", f"\\frac{{{k}}}{{{m}}}\\pi"),
+        ("slash", f"{kk}\\pi/{m}"),
+        ("dfrac", f"\\dfrac{{{kk}\\pi}}{{{m}}}"),
+        ("tfrac", f"\\tfrac{{{kk} \\pi}}{{{m}}}"),
+        ("pi_first", f"\\pi \\cdot \\frac{{{k}}}{{{m}}}"),
+        ("unreduced", f"\\frac{{{2 * k}\\pi}}{{{2 * m}}}"),
+        ("unicode_pi", f"{kk}π/{m}"),
+    ]
+    near = [
+        ("coefficient_plus_one", f"\\frac{{{k + 1}\\pi}}{{{m}}}"),
+        ("denominator_plus_one", f"\\frac{{{kk}\\pi}}{{{m + 1}}}"),
+        ("missing_pi", f"\\frac{{{k}}}{{{m}}}"),
+        ("sign_flip", f"-\\frac{{{kk}\\pi}}{{{m}}}"),
+        ("reciprocal", f"\\frac{{{m}}}{{{kk}\\pi}}"),
+    ]
+    return gold, rw, near
+
+
+def _expr_quadratic(rng: random.Random):
+    """(x − r1)(x − r2) expanded: the gold form, its rewrites, its near misses."""
+    r1 = rng.randint(-9, 9) or 1
+    r2 = rng.randint(-9, 9) or -2
+    if r1 + r2 == 0:
+        r2 += 1 if r2 != -1 else 2
+    b, c = -(r1 + r2), r1 * r2
+    gold = f"x^2{_signed(b)}x{_signed(c)}"
+    rw = [
+        ("braced_exponent", f"x^{{2}}{_signed(b)}x{_signed(c)}"),
+        ("reordered", f"{c}{_signed(b)}x+x^2"),
+        ("spaced", f"x^2 {_signed(b, spaced=True)} x {_signed(c, spaced=True)}"),
+        ("factored", f"(x{_signed(-r1)})(x{_signed(-r2)})"),
+        ("cdot", f"x \\cdot x{_signed(b)} \\cdot x{_signed(c)}"),
+        ("left_right", f"\\left(x{_signed(-r1)}\\right)\\left(x{_signed(-r2)}\\right)"),
+    ]
+    near = [
+        ("constant_plus_one", f"x^2{_signed(b)}x{_signed(c + 1)}"),
+        ("linear_sign_flip", f"x^2{_signed(-b)}x{_signed(c)}"),
+        ("cubic", f"x^3{_signed(b)}x{_signed(c)}"),
+        ("factor_sign_flip", f"(x{_signed(r1)})(x{_signed(-r2)})"),
+        ("variable_renamed", f"y^2{_signed(b)}y{_signed(c)}"),
+    ]
+    return gold, rw, near
+
+
+def _expr_root_fraction(rng: random.Random):
+    """√a / b: the gold form, its rewrites, its near misses."""
+    a = rng.choice(_SQUAREFREE)
+    b = rng.randint(2, 9)
+    gold = f"\\frac{{\\sqrt{{{a}}}}}{{{b}}}"
+    rw = [
+        ("slash", f"\\sqrt{{{a}}}/{b}"),
+        ("coefficient_outside", f"\\frac{{1}}{{{b}}}\\sqrt{{{a}}}"),
+        ("dfrac", f"\\dfrac{{\\sqrt{{{a}}}}}{{{b}}}"),
+        ("rationalised_inverse", f"\\frac{{{a}}}{{{b}\\sqrt{{{a}}}}}"),
+        ("single_radical", f"\\sqrt{{\\frac{{{a}}}{{{b * b}}}}}"),
+    ]
+    if a < 10:
+        rw.append(("sqrt_no_braces", f"\\frac{{\\sqrt {a}}}{{{b}}}"))
+    near = [
+        ("swapped", f"\\frac{{{b}}}{{\\sqrt{{{a}}}}}"),
+        ("radicand_plus_one", f"\\frac{{\\sqrt{{{a + 1}}}}}{{{b}}}"),
+        ("denominator_plus_one", f"\\frac{{\\sqrt{{{a}}}}}{{{b + 1}}}"),
+        ("missing_sqrt", f"\\frac{{{a}}}{{{b}}}"),
+        ("sign_flip", f"-\\frac{{\\sqrt{{{a}}}}}{{{b}}}"),
+    ]
+    return gold, rw, near
+
+
+def _expr_e_power(rng: random.Random):
+    """e^k: the gold form, its rewrites, its near misses."""
+    k = rng.randint(2, 9)
+    gold = f"e^{{{k}}}"
+    rw = [
+        ("no_braces", f"e^{k}"),
+        ("exp", f"\\exp({k})"),
+        ("mathrm_e", f"\\mathrm{{e}}^{{{k}}}"),
+        ("product", f"e^{{{k - 1}}} \\cdot e"),
+        ("reciprocal_negative", f"\\frac{{1}}{{e^{{-{k}}}}}"),
+    ]
+    near = [
+        ("exponent_plus_one", f"e^{{{k + 1}}}"),
+        ("exponent_sign_flip", f"e^{{-{k}}}"),
+        ("swapped", f"{k}^{{e}}"),
+        ("product_not_power", f"{k}e"),
+    ]
+    return gold, rw, near
+
+
+def _expr_power_of_two(rng: random.Random):
+    """2^n: the gold form, its rewrites, its near misses."""
+    n = rng.randint(3, 40)
+    gold = f"2^{{{n}}}"
+    rw = [
+        ("value", str(2**n)),
+        ("value_thousands", _group3(str(2**n), ",")),
+        ("no_braces_if_short", f"2^{n}" if n < 10 else f"2^{{{n}}}"),
+        ("power_of_four", f"4^{{{n // 2}}}" + ("\\cdot 2" if n % 2 else "")),
+        ("product", f"2 \\cdot 2^{{{n - 1}}}"),
+    ]
+    near = [
+        ("value_plus_one", str(2**n + 1)),
+        ("value_minus_one", str(2**n - 1)),
+        ("exponent_plus_one", f"2^{{{n + 1}}}"),
+    ]
+    if n**2 != 2**n:  # 2^4 == 4^2 is not a near miss
+        near.append(("swapped", f"{n}^{{2}}"))
+    return gold, rw, near
+
+
+_EXPR_KINDS = (_expr_root_coefficient, _expr_pi_fraction, _expr_quadratic, _expr_root_fraction,
+               _expr_e_power, _expr_power_of_two)
+"""Item i is of kind i mod 6."""
 
 
 def _signed(n: int, spaced: bool = False) -> str:

@@ -63,6 +63,23 @@ def test_opdvr_adds_coef_times_the_gated_gap_to_the_token_advantages():
     assert stats["shaping/opdvr/changed_frac"] == 0.0
 
 
+def test_the_default_is_the_papers_coefficient_free_form_and_coef_scales_it():
+    scores = [[{"overall": 1.0, "accuracy": 1.0}, {"overall": 0.1, "accuracy": 0.0},
+               {"overall": 0.9, "accuracy": 1.0}]]
+    adv = torch.tensor([0.7, -0.7, 0.0])
+    ctx = ShapeContext(SimpleNamespace(group_size=3), scores, MASK, policy=object())
+    (free,) = [FakeTeacher(teacher="unused")]                # no coef: A_t + g_t
+    credit, _ = token_credit(adv, MASK, 0.2, 0.28, [free], ctx)
+    torch.testing.assert_close(credit.advantages, torch.tensor([[0.7 + 0.5, 0.7, 0.7],
+                                                                [-0.7, -0.7 - 2.0, -0.7],
+                                                                [0.0, 1.0, 0.0]]))
+    old = FakeTeacher(teacher="unused", coef=0.1)          # the earlier default, by config value
+    credit, _ = token_credit(adv, MASK, 0.2, 0.28, [old], ctx)
+    torch.testing.assert_close(credit.advantages, torch.tensor([[0.7 + 0.05, 0.7, 0.7],
+                                                                [-0.7, -0.7 - 0.2, -0.7],
+                                                                [0.0, 0.1, 0.0]]))
+
+
 def test_options_are_checked_and_the_method_is_registered():
     assert "opdvr" in SHAPERS.names()
     with pytest.raises(ValueError, match="teacher"):
@@ -70,7 +87,7 @@ def test_options_are_checked_and_the_method_is_registered():
     with pytest.raises(ValueError, match="coef"):
         build([{"name": "opdvr", "teacher": "x", "coef": -1}])
     (s,) = build([{"name": "opdvr", "teacher": "privileged"}])
-    assert (s.stage, s.coef, s.threshold, s.sample_temperature) == ("advantage", 0.1, 0.5, None)
+    assert (s.stage, s.coef, s.threshold, s.sample_temperature) == ("advantage", None, 0.5, None)
 
 
 def test_a_privileged_teacher_needs_an_adapter_that_has_one():

@@ -9,19 +9,22 @@ and OPDVR keeps only the part that agrees with the verifier (a ReLU gate by traj
 correctness): a correct rollout takes the teacher's approval, an incorrect one its disapproval,
 
     g_t = max(d_t, 0)  if the rollout is correct       g_t = min(d_t, 0)  otherwise
-    A_t ← A_t + λ·g_t                                  (on completion tokens; padding untouched)
+    A_t ← A_t + g_t                                    (on completion tokens; padding untouched)
 
 so the teacher never pushes up a token of a wrong answer, nor down a token of a right one.
 Rows of a zero-spread group (GRPO advantage 0) still learn from g_t.
 
-Options (`algo.shaping: [{name: opdvr, teacher: PATH, coef: 0.1}]`):
+Options (`algo.shaping: [{name: opdvr, teacher: PATH}]`):
 - `teacher`: a local model dir with the policy's tokenizer (loaded once, on the first step,
   through mmrlvr.train.policy's loaders, frozen, eval mode, in the policy's compute dtype on its
   device; a different vocabulary is an error), or `privileged`: the policy itself reading the
   privileged prompt (`adapter.encode_privileged`, as TransAnyText's PWSD teacher; only the
   image_translation modality has one). Required.
-- `coef` λ = 0.1 (our choice: GRPO advantages are about unit scale, d_t is in nats and a
-  stronger teacher's gap runs to several nats on the tokens it disagrees with).
+- `coef` (default null): null is the paper's form above, g_t added as it is, with no
+  coefficient. A number λ adds λ·g_t instead (`coef: 0.1` was mmrlvr's earlier default, our
+  choice then: GRPO advantages are about unit scale, d_t is in nats and a stronger teacher's gap
+  runs to several nats on the tokens it disagrees with; docs/evidence.md's OPDVR figure was
+  measured with it).
 - `correct_threshold` 0.5 (our choice): a rollout is correct when its `accuracy` reward
   component, else its `overall` reward, is >= it (accuracy is 0/1).
 - `micro_batch` 16 (our choice): rollouts per no-grad forward (bounds the [n, C, V] logits).
@@ -64,18 +67,21 @@ class OPDVR:
     name = "opdvr"
     stage = "advantage"
 
-    def __init__(self, teacher: str | None = None, coef: float = 0.1, correct_threshold: float = 0.5,
+    def __init__(self, teacher: str | None = None, coef: float | None = None,
+                 correct_threshold: float = 0.5,
                  micro_batch: int = 16, sample_temperature: float | None = None):
         if not teacher:
             raise ValueError("opdvr: `teacher` is required (algo.shaping[opdvr].teacher): a local "
                              "model dir with the policy's tokenizer, or 'privileged'")
-        if not coef >= 0:
-            raise ValueError(f"opdvr: coef must be >= 0, got {coef}")
+        if coef is not None and not coef >= 0:
+            raise ValueError(f"opdvr: coef must be >= 0 (or null: the paper's form, no "
+                             f"coefficient), got {coef}")
         if micro_batch < 1:
             raise ValueError(f"opdvr: micro_batch must be >= 1, got {micro_batch}")
         if sample_temperature is not None and not sample_temperature > 0:
             raise ValueError(f"opdvr: sample_temperature must be > 0 (or null), got {sample_temperature}")
-        self.teacher, self.coef = str(teacher), float(coef)
+        self.teacher = str(teacher)
+        self.coef = None if coef is None else float(coef)
         self.threshold, self.micro_batch = float(correct_threshold), int(micro_batch)
         self.sample_temperature = sample_temperature
         self.model: torch.nn.Module | None = None     # the loaded teacher (a path teacher)
@@ -85,11 +91,12 @@ class OPDVR:
         correct = ctx.scores.correct("accuracy", self.threshold).flatten()          # [N]
         teacher, student, times = self.token_logprobs(ctx)                          # [N, C] each
         gated, d = gated_gap(teacher, student, correct, mask)
-        credit.advantages += self.coef * gated.to(credit.advantages)
+        added = gated if self.coef is None else self.coef * gated   # the paper's form; `coef: λ`
+        credit.advantages += added.to(credit.advantages)
         ok, bad = mask & correct.unsqueeze(1), mask & ~correct.unsqueeze(1)
         mean = lambda t, m: float(t[m].mean()) if m.any() else 0.0
         return {"d_correct_mean": mean(gated, ok), "d_incorrect_mean": mean(gated, bad),
-                "d_mean": mean(d, mask), "changed_frac": mean((self.coef * gated != 0).float(), mask),
+                "d_mean": mean(d, mask), "changed_frac": mean((added != 0).float(), mask),
                 "correct_frac": float(correct.float().mean()), **times}
 
     def token_logprobs(self, ctx: ShapeContext) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:

@@ -43,6 +43,12 @@ def _tiles_features(model, enc):
     return tiles * per_tile
 
 
+def _batch_rows_features(model, enc):
+    # SmolVLM: pixel_values [samples, squares, 3, S, S], zero-padded; one feature block per sample
+    out = model.get_image_features(enc["pixel_values"], enc["pixel_attention_mask"])
+    return sum(t.shape[0] for t in out.pooler_output)
+
+
 def _omni_features(model, enc):
     out = model.get_audio_features(enc["input_features"], enc["feature_attention_mask"])
     return out.last_hidden_state.shape[0]  # [audio tokens of all clips, text hidden]
@@ -89,6 +95,12 @@ SPECS = {
         model="Qwen3_5MoeForConditionalGeneration", auto=True, media="image",
         marker="<|vision_start|><|image_pad|><|vision_end|>", token="<|image_pad|>",
         token_attr="image_token_id", features=_qwen3_5_features, n_112=16),
+    # SmolVLM: <image> in the template; a 112 px image is 2x2 squares of 32 px + the global one
+    "smolvlm": dict(
+        processor="SmolVLMProcessor", image_processor="SmolVLMImageProcessor",
+        model="SmolVLMForConditionalGeneration", auto=True, media="image", nested=True,
+        marker="<image>", token="<image>", token_attr="image_token_id",
+        features=_batch_rows_features, n_112=20, type_ids=None),
 }
 NEW_KINDS = tuple(SPECS)
 QUESTION = "How many shapes?"

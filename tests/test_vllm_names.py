@@ -17,7 +17,7 @@ from tests.vllm_helpers import load, synced, with_lora
 
 KINDS = {"qwen2-vl": "qwen2_vl", "qwen2.5-vl": "qwen2_5_vl", "qwen2-audio": "qwen2_audio",
          "qwen3-vl": "qwen3_vl", "qwen3-vl-moe": "qwen3_vl_moe", "qwen3.5": "qwen3_5",
-         "gemma3": "gemma3", "internvl": "internvl"}
+         "gemma3": "gemma3", "internvl": "internvl", "smolvlm": "smolvlm"}
 
 # vLLM's hf_to_vllm_mapper prefixes (applied in turn, first match wins): 0.33.0's
 # Qwen2VLForConditionalGeneration / Qwen2_5_VLForConditionalGeneration, and the Qwen3-VL / Qwen3.5
@@ -35,6 +35,9 @@ VLLM_MODULE_ROOTS = {"qwen2_vl": _TEXT_ROOTS + ("visual.",),
 for _vl in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"):
     VLLM_MODULE_ROOTS[_vl] = VLLM_MODULE_ROOTS["qwen2_vl"]
 VLLM_MODULE_ROOTS["internvl"] = VLLM_MODULE_ROOTS["gemma3"]
+# vLLM's Idefics3/SmolVLM model: model.text_model / model.vision_model / model.connector / lm_head,
+# loaded by name with no mapper (the checkpoint's own tree)
+VLLM_MODULE_ROOTS["smolvlm"] = ("model.text_model.", "model.vision_model.", "model.connector.", "lm_head.")
 
 
 def vllm_internal_name(name: str, model_type: str) -> str:

@@ -19,6 +19,8 @@ architecture (vLLM 0.33's mappers, read for this, in brackets):
                                                  -> language_model.lm_head.]
   Gemma 3, InternVL      as Qwen2-Audio, with vision_tower. for audio_tower.   [their mappers take
                                                  the transformers-4 tree as it is]
+  SmolVLM                names unchanged: model.text_model. / model.vision_model. /   [no mapper:
+                         model.connector. / lm_head.             vLLM's module tree is the same]
 
 Qwen3.5-MoE and the Qwen3-Omni thinker have none: their checkpoints hold one weight per expert
 where the transformers-5 model holds the experts fused, which no renaming undoes; the vLLM

@@ -75,8 +75,9 @@ class Combined(ScoresGroups):
 def build_combined(specs: list[dict[str, Any]], error_log: str | Path | None = None) -> Combined:
     """From config: `[{name, weight, label?, style?, timeout_s?, failure_value?, ...options}]`.
 
-    User rewards (`file.py:function`) are always `Isolated`; a built-in one only when its spec
-    sets one of the wrapper's keys: `timeout_s`, `failure_value`, `isolation` (`thread`, the
+    User rewards (`file.py:function`, `module:function`, a callable the Python API passes, one
+    registered from outside mmrlvr's packages) are always `Isolated`; a built-in one only when its
+    spec sets one of the wrapper's keys: `timeout_s`, `failure_value`, `isolation` (`thread`, the
     default, or `process`: a worker process of its own, `rewards.process`) and `memory_mb` (the
     worker's cap). `style` names the calling convention (`rewards.conventions`; found from the
     signature when left out); the other options go to the reward. `error_log`: the JSONL file
@@ -84,7 +85,6 @@ def build_combined(specs: list[dict[str, Any]], error_log: str | Path | None = N
     """
     import rewards
 
-    builtin = set(rewards.names())
     parts = []
     for spec in specs:
         spec = dict(spec)
@@ -94,7 +94,7 @@ def build_combined(specs: list[dict[str, Any]], error_log: str | Path | None = N
         isolation = {key: spec.pop(key) for key in WRAPPER_KEYS if key in spec}
         style = spec.pop("style", None)
         reward = rewards.get(name, style=style, **spec)
-        if name not in builtin or isolation:
+        if not rewards.is_builtin(name) or isolation:
             calls = reward if isinstance(reward, UserReward) else Group(reward, label)
             where = isolation.pop("isolation", "thread")
             memory_mb = isolation.pop("memory_mb", None)

@@ -265,7 +265,19 @@ def _eval_set_problems(spec: Any) -> list[str]:
 
 def find_problems(cfg: Config) -> list[str]:
     """Every problem with `cfg`'s values, one line each (empty: none); `validate` raises them."""
-    problems = []
+    problems = _choice_problems(cfg) + _range_problems(cfg) + _value_problems(cfg)
+    problems += _item_problems(cfg)
+    problems += _eval_set_problems(cfg.data.eval)
+    problems += [f"config keys {keys}: {why(cfg) if callable(why) else why}"
+                 for clash, keys, why in COMBINATIONS if clash(cfg)]
+    for key in ("rewards", "eval_rewards", "objectives"):
+        problems += _spec_problems(key, getattr(cfg, key))
+    problems += _spec_problems("algo.shaping", cfg.algo.shaping)
+    problems += async_problems(cfg)
+    return problems
+
+
+def _choice_problems(cfg: Config) -> list[str]:
     choices = {
         "algo.advantage": (cfg.algo.advantage, ("grpo", "drgrpo", "rloo", "reinforce_pp")),
         "algo.loss_agg": (cfg.algo.loss_agg, ("token", "seq", "seq-sum-norm")),
@@ -284,11 +296,13 @@ def find_problems(cfg: Config) -> list[str]:
         "train.async_rollouts": (cfg.train.async_rollouts, ("none", "one_step_off")),
         "sft.pwsd.teacher": (cfg.sft.pwsd.teacher, ("live", "frozen")),
     }
-    for key, (value, allowed) in choices.items():
-        if value not in allowed:
-            problems.append(f"config key '{key}' is {value!r}; choose one of {list(allowed)}"
-                            f"{value_hint(key, value)}")
+    return [f"config key '{key}' is {value!r}; choose one of {list(allowed)}"
+            f"{value_hint(key, value)}"
+            for key, (value, allowed) in choices.items() if value not in allowed]
 
+
+def _range_problems(cfg: Config) -> list[str]:
+    problems = []
     for key, bound, hint in RANGES:
         value = _get(cfg, key)
         if not _is_number(value):
@@ -303,6 +317,12 @@ def find_problems(cfg: Config) -> list[str]:
                             "moves each weight by about lr, so the weights blow up (lr 1e30 once "
                             "trained to weights of 2e29, checkpointed as complete); use e.g. "
                             "1e-6 for a 7B model or 1e-4 for a tiny CPU one")
+    return problems
+
+
+def _value_problems(cfg: Config) -> list[str]:
+    """Values wrong in themselves or against a sibling key."""
+    problems = []
     m = cfg.model
     if all(_is_number(v) and v >= 1 for v in (m.min_pixels, m.max_pixels)) \
             and m.min_pixels > m.max_pixels:
@@ -315,7 +335,6 @@ def find_problems(cfg: Config) -> list[str]:
     if cfg.sft.pwsd.steps > 0 and cfg.sft.pwsd.group_size < 2:
         problems.append(f"config key 'sft.pwsd.group_size' must be >= 2, got "
                         f"{cfg.sft.pwsd.group_size!r}: PWSD compares a group of student samples")
-
     betas = cfg.optim.betas
     if not (isinstance(betas, list) and len(betas) == 2
             and all(_is_number(b) and Bound(0, 1, high_open=True).holds(b) for b in betas)):
@@ -325,22 +344,10 @@ def find_problems(cfg: Config) -> list[str]:
         if isinstance(name, str) and name not in TRACKERS:
             problems.append(f"config key 'train.report_to[{i}]' is {name!r}; choose from "
                             f"{list(TRACKERS)} (an empty list: metrics.jsonl only)")
-    problems += _item_problems(cfg)
-    problems += _eval_set_problems(cfg.data.eval)
     for t in cfg.data.templates:
         if isinstance(t, str) and "{question}" not in t:
             problems.append(f"config key 'data.templates': {t!r} has no {{question}} slot; "
                             "write the template around {question}")
-    if _is_number(cfg.algo.router_aux_coef) and cfg.algo.router_aux_coef > 0 and cfg.train.packing:
-        problems.append("config keys 'algo.router_aux_coef' and 'train.packing': the packed "
-                        "forward returns no router loss; turn one off")
-    if cfg.train.packing and cfg.train.length_buckets:
-        problems.append("config keys 'train.packing' and 'train.length_buckets' are both true: pick "
-                        "one (packing runs no completion padding; buckets would split its groups)")
-    if cfg.train.packing and cfg.model.attn_implementation not in PACKING_ATTENTION:
-        problems.append(f"config key 'train.packing' needs model.attn_implementation "
-                        f"{' or '.join(PACKING_ATTENTION)} (its block mask is 4-D), not "
-                        f"{cfg.model.attn_implementation!r}")
     if cfg.model.lora.r > 0 and not cfg.model.lora.target_modules:
         problems.append("config key 'model.lora.target_modules' is empty but model.lora.r > 0: "
                         "name the modules LoRA adapts, e.g. [q_proj, k_proj, v_proj, o_proj]")
@@ -351,25 +358,24 @@ def find_problems(cfg: Config) -> list[str]:
     if isinstance(out_dir, str) and out_dir and Path(out_dir).expanduser().is_file():
         problems.append(f"config key 'train.out_dir' is {out_dir!r}, which is a file: give a "
                         "directory for the run (it is created if missing)")
-    for key in ("rewards", "eval_rewards", "objectives"):
-        problems += _spec_problems(key, getattr(cfg, key))
-    problems += _spec_problems("algo.shaping", cfg.algo.shaping)
-    problems += async_problems(cfg)
     return problems
 
 
-ASYNC_EXCLUDES = (
-    (lambda c: c.train.strategy == "fsdp2", "train.strategy fsdp2 (the behaviour copy would need "
-     "the gathered weights; use ddp)"),
-    (lambda c: c.rollout.backend == "vllm", "rollout.backend vllm (its engine holds its own "
-     "weights; use hf)"),
-    (lambda c: isinstance(c.rollout.branching, dict) and c.rollout.branching.get("kind", "none")
-     != "none", "rollout.branching (its hooks sit on the trained "
-     "model, not on the behaviour copy)"),
-    (lambda c: c.train.dynamic_sampling, "train.dynamic_sampling (it draws again after scoring, "
-     "which a batch generated ahead cannot)"),
+COMBINATIONS = (
+    (lambda c: _is_number(c.algo.router_aux_coef) and c.algo.router_aux_coef > 0
+     and c.train.packing, "'algo.router_aux_coef' and 'train.packing'",
+     "the packed forward returns no router loss; turn one off"),
+    (lambda c: c.train.packing and c.train.length_buckets,
+     "'train.packing' and 'train.length_buckets'", "both are true: pick one (packing runs no "
+     "completion padding; buckets would split its groups)"),
+    (lambda c: c.train.packing and c.model.attn_implementation not in PACKING_ATTENTION,
+     "'train.packing' and 'model.attn_implementation'",
+     lambda c: f"'train.packing' needs model.attn_implementation {' or '.join(PACKING_ATTENTION)} "
+     f"(its block mask is 4-D), not {c.model.attn_implementation!r}"),
 )
-"""What `train.async_rollouts: one_step_off` (mmrlvr/train/async_rollout.py) does not run with."""
+"""Options that do not run together: (clash, the keys, why and what to do, or a function of the
+config that says it). `ASYNC_EXCLUDES`
+below holds what one-step-off rollouts do not run with."""
 
 
 def async_problems(cfg: Config) -> list[str]:

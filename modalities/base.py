@@ -13,6 +13,8 @@ import torch
 from mmrlvr.data import DataError, Example
 from mmrlvr.data.chat import interleaved, split_at_markers
 from mmrlvr.core.types import TYPE_KEYS, PromptBatch, select
+from mmrlvr.core.templates import format_question
+
 
 class Adapter:
     """Base class: subclasses set `name`, `media_keys` and implement `encode`."""
@@ -60,7 +62,7 @@ class Adapter:
         run's system prompt, else the dataset row's own system turn (`meta["system"]`). A
         question that keeps its `<image>`/`<audio>` markers (`mmrlvr.data.chat`: text stood
         before one) gets each medium, in order, where its marker stands."""
-        question = example.prompt if not format_prompt else f"{example.prompt} {format_prompt}"
+        question = format_question(example.prompt, format_prompt)   # appended, or a Jinja template
         content = [*media, {"type": "text", "text": question}]
         if media and interleaved(question):
             content, queue = [], list(media)

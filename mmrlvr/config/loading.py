@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from mmrlvr.config.checks import _as_float, _raise, find_problems
+from mmrlvr.config.easyr1 import easyr1_keys
 from mmrlvr.config.schema import Config, ConfigError
 from mmrlvr.config.synonyms import leaf_keys, suggest
 
@@ -212,8 +213,9 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
             apply_override(raw, ov)
         except ConfigError as err:
             problems.append(str(err))
+    raw, easyr1 = easyr1_keys(raw, _LEAVES)    # EasyR1's nested keys, each answered by name
     cfg = _from_dict(Config, raw, "", problems)
-    _raise(problems + find_problems(cfg))
+    _raise(problems + find_problems(cfg) + easyr1)
     return cfg
 
 

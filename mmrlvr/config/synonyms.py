@@ -6,6 +6,8 @@ this order: a name of the table below (anywhere in the config), a key mmrlvr has
 section (`temperature` at the top level), a near spelling in the same section (`optim.lrr`), a
 near spelling of a synonym (`num_generation`). Names checked against TRL's `grpo_config.py` and
 EasyR1's `verl/trainer/config.py`, `verl/workers/actor/config.py` and `examples/config.yaml`.
+
+EasyR1's nested sections (`worker: rollout: n: 5`) are answered key by key in `easyr1.py`.
 """
 from __future__ import annotations
 
@@ -125,7 +127,8 @@ VALUE_SYNONYMS: dict[str, dict[str, tuple[str, str]]] = {
                       "dr_grpo": ("seq-sum-norm", "TRL's loss_type")},
     "algo.kl_estimator": {"low_var_kl": ("k3", "EasyR1's kl_penalty"),
                           "kl": ("k1", "EasyR1's kl_penalty")},
-    "algo.advantage": {"dr_grpo": ("drgrpo", "the Dr. GRPO estimator")},
+    "algo.advantage": {"dr_grpo": ("drgrpo", "the Dr. GRPO estimator"),
+                       "reinforce_plus_plus": ("reinforce_pp", "EasyR1's adv_estimator")},
 }
 """Other trainers' values of a choice key -> (mmrlvr value, whose)."""
 

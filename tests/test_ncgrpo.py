@@ -427,7 +427,7 @@ def test_the_hook_finds_latent_noise_by_name_and_none_is_plain_grpo():
     assert BRANCHINGS.get("latent_noise") is LatentNoise
     nc = make_branching({"kind": "latent_noise", "alpha": 0.2, "noise": "shared"})
     assert isinstance(nc, LatentNoise) and nc.config.alpha == 0.2 and not nc.supports_compiled
-    with pytest.raises(ValueError, match=r"kind is 'latent'; choose one of \['none', 'latent_noise'"):
+    with pytest.raises(ValueError, match=r"kind is 'latent'; choose one of \['none', 'image_noise', 'latent_noise'"):
         make_branching({"kind": "latent", "alpha": 0.1})
     with pytest.raises(ValueError, match="rollout.branching: unknown key"):
         make_branching({"kind": "latent_noise", "alpah": 0.1})

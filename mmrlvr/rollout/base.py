@@ -72,6 +72,10 @@ class BranchPlan(Protocol):
         """The HF engine enters this around `model.generate`; `row_mask` [N, P] is the expanded
         prompts' attention mask. It must leave the model as it found it, also on errors."""
 
+    def stats(self, temperature: float) -> dict[str, float]:
+        """After the HF engine's `generate` (sampled at `temperature`): the plan's own figures of
+        the call (e.g. what its hooks measured), added to `Rollouts.stats`."""
+
 
 class RolloutBranching(Protocol):
     """A rollout-branching plug-in: built once per engine from the `rollout.branching` mapping
@@ -88,6 +92,12 @@ class RolloutBranching(Protocol):
 
     def metrics(self, rollouts: Rollouts, scores: list[list[dict[str, float]]]) -> dict[str, float]:
         """Per-step figures of its own (the trainer logs them beside `rollout_metrics`'s)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data the plug-in keeps between calls (saved in each checkpoint, per rank)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` gave (on `--resume`)."""
 
     def vllm_llm_kwargs(self) -> dict[str, Any]:
         """Extra `vllm.LLM(...)` arguments (e.g. `worker_extension_cls`, `enforce_eager`)."""

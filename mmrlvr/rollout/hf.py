@@ -133,6 +133,8 @@ class HFRolloutEngine:
         if first_entropy is not None:
             stats["first_token_entropy"] = first_entropy                           # [N] per row
             stats["token_entropy"] = token_entropy                                # [N, C]
+        if plan is not None:
+            stats.update(plan.stats(params.temperature))
         return Rollouts(prompts=batch, group_size=n, completion_ids=ids, completion_mask=mask,
                         sample_logprobs=sample_logp, texts=texts,
                         branch=plan.tags() if plan else ["clean"] * len(texts),

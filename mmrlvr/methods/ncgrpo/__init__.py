@@ -9,10 +9,13 @@ Switch: `rollout.branching: {kind: latent_noise, fraction: 0.5, alpha: 0.1, site
 last_layer_input, noise: independent}`; off (`kind: none`, the default) is plain GRPO, bit for
 bit. It plugs into the core's rollout-branching hook (`mmrlvr.rollout.base.BRANCHINGS`):
 `plugin.py` (the plug-in), `branching.py` (config, plan, the HF prefill hook, `branch/*`
-metrics), `vllm_noise.py` (the hooks inside vLLM's model runner).
+metrics), `vllm_noise.py` (the hooks inside vLLM's model runner), `probe.py` (what the noise did:
+`ncgrpo/*`), `auto.py` (`alpha: auto`), `image_noise.py` (`kind: image_noise`, the pixel-space
+baseline).
 """
 from __future__ import annotations
 
 from mmrlvr.rollout.base import BRANCHINGS
 
 BRANCHINGS.register("latent_noise", "mmrlvr.methods.ncgrpo.plugin:LatentNoise")
+BRANCHINGS.register("image_noise", "mmrlvr.methods.ncgrpo.plugin:ImageNoise")

@@ -76,12 +76,18 @@ class Branching:
     """`latent_noise` (NC-GRPO)."""
     fraction: float = 0.5
     """Share of each group sampled from the displaced prefill (the last ⌊fraction·G + ½⌋ members)."""
-    alpha: float = 0.1
-    """Noise scale relative to the hidden-state norm: σ_t = α·‖h_t‖/√d."""
+    alpha: float | str = 0.1
+    """Noise scale relative to the hidden-state norm: σ_t = α·‖h_t‖/√d; or `auto`: α is steered
+    every generate call so the first-step KL(noisy ‖ clean) reaches `target` (auto.py)."""
     site: str = "last_layer_input"
     """`last_layer_input` (input of the last decoder layer) or `final_hidden` (final norm output)."""
     noise: str = "independent"
     """`independent` per noisy member, `shared` within a group, or `antithetic` ±ε pairs."""
+    target: float = 0.1
+    """With `alpha: auto`: the first-step KL(noisy ‖ clean) aimed at, as a fraction of the clean
+    members' first-step sampling entropy (docs/ncgrpo.md says why 0.1)."""
+    alpha_init: float = 0.5
+    """With `alpha: auto`: the α of the first generate call, before anything is measured."""
 
     @classmethod
     def from_config(cls, raw: dict[str, Any] | None) -> Branching:
@@ -90,8 +96,8 @@ class Branching:
         unknown = sorted(set(raw) - set(names))
         if unknown:
             raise ValueError(f"rollout.branching: unknown key(s) {unknown}; known: {names}")
-        for key in ("fraction", "alpha"):
-            if key in raw:
+        for key in ("fraction", "alpha", "target", "alpha_init"):
+            if key in raw and not (key == "alpha" and raw[key] == "auto"):
                 try:        # YAML 1.1 reads `1e-1` (no dot) as a string
                     raw[key] = float(raw[key])
                 except (TypeError, ValueError):
@@ -104,9 +110,17 @@ class Branching:
                                  f"choose one of {list(allowed)}")
         if not 0.0 <= out.fraction <= 1.0:
             raise ValueError(f"rollout.branching.fraction is {out.fraction}; it must lie in [0, 1]")
-        if out.alpha < 0:
-            raise ValueError(f"rollout.branching.alpha is {out.alpha}; it must be >= 0")
+        if not out.auto and out.alpha < 0:
+            raise ValueError(f"rollout.branching.alpha is {out.alpha}; it must be >= 0 or auto")
+        if out.auto and not (out.target > 0 and out.alpha_init > 0):
+            raise ValueError(f"rollout.branching: alpha auto needs target > 0 and alpha_init > 0, "
+                             f"got target {out.target}, alpha_init {out.alpha_init}")
         return out
+
+    @property
+    def auto(self) -> bool:
+        """Whether α is steered to a target KL (`alpha: auto`)."""
+        return self.alpha == "auto"
 
     def noisy_members(self, group_size: int) -> int:
         """How many members of a group of `group_size` are noisy (round half up)."""
@@ -181,17 +195,19 @@ class NoisePlan:
         return out
 
 
-def make_plan(branching: Branching, n_prompts: int, group_size: int) -> NoisePlan:
-    """The plan for one generate call.
+def make_plan(branching: Branching, n_prompts: int, group_size: int,
+              alpha: float | None = None) -> NoisePlan:
+    """The plan for one generate call (`alpha`: the α to use, else the config's number).
 
     Draws one number from torch's global RNG only when something is displaced (alpha > 0 and
     k > 0), so `alpha: 0` leaves the sampling stream exactly as plain GRPO's.
     """
+    alpha = float(branching.alpha if alpha is None else alpha)
     k = branching.noisy_members(group_size)
     N = n_prompts * group_size
     flags = [g >= group_size - k for _ in range(n_prompts) for g in range(group_size)]
     seeds, signs = [0] * N, [0.0] * N
-    if branching.alpha > 0 and k > 0:
+    if alpha > 0 and k > 0:
         base = int(torch.randint(0, 2 ** 62, (1,)))
         gen = torch.Generator().manual_seed(base)
         fresh = torch.randint(0, 2 ** 62, (N,), generator=gen).tolist()   # one candidate per row
@@ -204,7 +220,7 @@ def make_plan(branching: Branching, n_prompts: int, group_size: int) -> NoisePla
                     seeds[r], signs[r] = fresh[rows[0]], 1.0
                 else:   # antithetic: (+ε, -ε) on consecutive noisy members; odd tail alone
                     seeds[r], signs[r] = fresh[rows[j - j % 2]], 1.0 if j % 2 == 0 else -1.0
-    return NoisePlan(branching.site, float(branching.alpha), group_size, flags, seeds, signs)
+    return NoisePlan(branching.site, alpha, group_size, flags, seeds, signs)
 
 
 class BranchSiteError(RuntimeError):

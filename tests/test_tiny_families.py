@@ -49,6 +49,16 @@ def _batch_rows_features(model, enc):
     return sum(t.shape[0] for t in out.pooler_output)
 
 
+def _anyres_features(model, enc):
+    # LLaVA-OneVision: one [tokens, hidden] per image (base crop + unpadded grid + newlines)
+    cfg = model.config
+    out = model.get_image_features(enc["pixel_values"], enc["image_sizes"],
+                                   vision_feature_layer=cfg.vision_feature_layer,
+                                   vision_feature_select_strategy=cfg.vision_feature_select_strategy,
+                                   batch_num_images=enc["batch_num_images"])
+    return sum(t.shape[0] for t in out.pooler_output)
+
+
 def _omni_features(model, enc):
     out = model.get_audio_features(enc["input_features"], enc["feature_attention_mask"])
     return out.last_hidden_state.shape[0]  # [audio tokens of all clips, text hidden]
@@ -101,6 +111,13 @@ SPECS = {
         model="SmolVLMForConditionalGeneration", auto=True, media="image", nested=True,
         marker="<image>", token="<image>", token_attr="image_token_id",
         features=_batch_rows_features, n_112=20, type_ids=None),
+    # LLaVA-OneVision: <image> in the template; a lone 112 px image: a 2x2 grid of 16 px crops,
+    # 4 rows of 4 + a newline each, after the 2x2 base crop (4 + 20 = 24)
+    "llava-onevision": dict(
+        processor="LlavaOnevisionProcessor", image_processor="LlavaOnevisionImageProcessor",
+        model="LlavaOnevisionForConditionalGeneration", auto=True, media="image", nested=True,
+        marker="<image>", token="<image>", token_attr="image_token_index",
+        features=_anyres_features, n_112=24, type_ids=None),
 }
 NEW_KINDS = tuple(SPECS)
 QUESTION = "How many shapes?"

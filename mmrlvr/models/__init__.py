@@ -18,12 +18,14 @@ from mmrlvr.models.base import Family, FamilyError, VllmNames
 from mmrlvr.models.gemma3 import Gemma3
 from mmrlvr.models.internvl import InternVL
 from mmrlvr.models.llama import Llama
+from mmrlvr.models.llava_onevision import LlavaOnevision
 from mmrlvr.models.qwen_audio import Qwen2Audio, Qwen3Omni, Qwen25Omni
 from mmrlvr.models.qwen_vl import Qwen2VL, Qwen3VL, Qwen3VLMoe, Qwen25VL, Qwen35, Qwen35Moe
 from mmrlvr.models.smolvlm import SmolVLM
 
 FAMILIES: tuple[Family, ...] = (Qwen2VL(), Qwen25VL(), Qwen3VL(), Qwen3VLMoe(), Qwen35(), Qwen35Moe(),
-                                Gemma3(), InternVL(), SmolVLM(), Qwen2Audio(), Qwen25Omni(), Qwen3Omni(),
+                                Gemma3(), InternVL(), SmolVLM(), LlavaOnevision(),
+                                Qwen2Audio(), Qwen25Omni(), Qwen3Omni(),
                                 Llama())
 """Every supported family, in the order the README's model table lists them."""
 

@@ -52,8 +52,9 @@ class SmolVLM(Family):
     vllm = SMOLVLM_NAMES
     tiny = "smolvlm"
     published = {
-        # HuggingFaceTB/SmolVLM2-500M-Video-Instruct's config.json: SmolLM2-360M + SigLIP-B/16 at
-        # 512 px, scale factor 4 (64 tokens a square)
+        # HuggingFaceTB/SmolVLM2-500M-Video-Instruct: SmolLM2-360M + SigLIP-B/16 at 512 px, scale
+        # factor 4 (64 tokens a square); the dims a public Core ML exporter checks the loaded
+        # checkpoint's config against (`validate_smolvlm2_500m_model`), not its config.json itself
         "HuggingFaceTB/SmolVLM2-500M-Video-Instruct": _smolvlm(
             dict(head_dim=64, **text_dims(960, 2560, 32, 15, 5, 49280, False)),
             dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,

@@ -19,6 +19,7 @@ architecture (vLLM 0.33's mappers, read for this, in brackets):
                                                  -> language_model.lm_head.]
   Gemma 3, InternVL      as Qwen2-Audio, with vision_tower. for audio_tower.   [their mappers take
                                                  the transformers-4 tree as it is]
+  LLaVA-OneVision        as Gemma 3, and model.image_newline -> image_newline   [vLLM's modules]
   SmolVLM                names unchanged: model.text_model. / model.vision_model. /   [no mapper:
                          model.connector. / lm_head.             vLLM's module tree is the same]
 

@@ -39,7 +39,8 @@ for _name, _target in {
         "format": "rewards.format:FormatReward",
         "consensus": "rewards.consensus:ConsensusReward",
         "overlong": "rewards.overlong:OverlongReward",
-        "countdown": "rewards.countdown:CountdownReward"}.items():
+        "countdown": "rewards.countdown:CountdownReward",
+        "turn_format": "rewards.turns:TurnFormatReward"}.items():
     REWARDS.register(_name, _target)
 
 register = REWARDS.register

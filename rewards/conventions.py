@@ -40,6 +40,10 @@ What each receives (`example` is the `mmrlvr.data.Example` of the group):
   (its token count when the caller passes completion ids, else None) and `ground_truth`.
 - The spec's other keys are options: keyword arguments of each call (EasyR1's
   `reward_function_kwargs`), or of the class for objects.
+- Multi-turn rollouts with tools (docs/tools.md): each completion is the final turn's text, a
+  `str` carrying `.trajectory` (turns, tool calls, results); a native function naming a
+  `trajectory` parameter gets it, trl and swift get the column `trajectories`, and a group
+  reward's `score` reads `completion.trajectory`. Single-turn calls are exactly as before.
 
 A TRL or swift score of None means "not applicable" (TRL leaves it out of its sum): it scores 0,
 is not a failure, and the component `skipped` (1.0 or 0.0, on every completion) counts it.
@@ -52,6 +56,7 @@ import inspect
 from typing import Any, Callable
 
 from mmrlvr.config import ConfigError
+from mmrlvr.core.trajectory import trajectory_of
 from mmrlvr.data import Example
 from rewards.isolation import Failure, ScoresGroups, checked, short
 from rewards.workers import Call, EventLoop, settle
@@ -152,9 +157,13 @@ class UserReward(ScoresGroups):
 
 
 class Native(UserReward):
-    """`f(example, completion, **options)`, once per completion."""
+    """`f(example, completion, **options)`, once per completion; one that names a `trajectory`
+    parameter also gets the completion's multi-turn trajectory (None for a single turn)."""
 
     def calls(self, example, completions, progress, completion_ids):
+        if self._takes is not None and "trajectory" in self._takes:
+            return [((example, text), {**self.options, "trajectory": trajectory_of(text)}, 1)
+                    for text in completions]
         return [((example, text), self.options, 1) for text in completions]
 
     def items(self, value, size):
@@ -175,6 +184,14 @@ class Group(UserReward):
         if completion_ids is None:
             kwargs.pop("completion_ids", None)
         return [((example, completions), kwargs, len(completions))]
+
+
+def trajectories(completions: list[str]) -> dict[str, Any]:
+    """`trajectories` (one `mmrlvr.core.trajectory.Trajectory` per completion) where the
+    completions come from a multi-turn rollout, as a column TRL and swift rewards may take;
+    nothing for single-turn ones (the call is as before)."""
+    found = [trajectory_of(t) for t in completions]
+    return {"trajectories": found} if any(t is not None for t in found) else {}
 
 
 def columns(example: Example) -> dict[str, Any]:
@@ -207,7 +224,7 @@ class Trl(UserReward):
             else completions
         kwargs = {key: [value] * n for key, value in columns(example).items()}
         kwargs.update(prompts=[prompt] * n, completions=texts, completion_ids=completion_ids,
-                      trainer_state=None)
+                      trainer_state=None, **trajectories(completions))
         return [((), {**self._fit(kwargs), **self.options}, n)]
 
     def item(self, raw):
@@ -237,7 +254,7 @@ class Swift(Trl):
         kwargs = {key: [value] * n for key, value in columns(example).items()}
         kwargs.update(trainer_state=None, messages=[
             [{"role": "user", "content": example.prompt}, {"role": "assistant", "content": t}]
-            for t in completions])
+            for t in completions], **trajectories(completions))
         kwargs.pop("completions", None)
         return [((completions,), {**self._fit(kwargs), **self.options}, n)]
 

@@ -6,7 +6,7 @@ no source file outgrows one sitting.
 
 Layers, bottom up:
     1  mmrlvr.core, mmrlvr.config, mmrlvr.data, mmrlvr.patches   types, protocols, registry, data
-    2  mmrlvr.models, modalities, rewards                          families, adapters, rewards
+    2  mmrlvr.models, modalities, rewards, mmrlvr.tools            families, adapters, rewards, tools
        (an adapter asks the model's family: modalities may import mmrlvr.models)
     3  mmrlvr.train, mmrlvr.rollout, mmrlvr.algo, mmrlvr.objectives  the training core
     4  mmrlvr.methods (a folder per method)                          the research methods
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("mmrlvr", "modalities", "rewards", "apps")
 LAYERS = {
     "mmrlvr": 1, "mmrlvr.core": 1, "mmrlvr.config": 1, "mmrlvr.data": 1, "mmrlvr.patches": 1,
-    "mmrlvr.models": 2, "modalities": 2, "rewards": 2,
+    "mmrlvr.models": 2, "modalities": 2, "rewards": 2, "mmrlvr.tools": 2,
     "mmrlvr.train": 3, "mmrlvr.rollout": 3, "mmrlvr.algo": 3, "mmrlvr.objectives": 3,
     "mmrlvr.methods": 4,
     "mmrlvr.stress": 5, "mmrlvr.tiny": 5, "mmrlvr.tasks": 5, "mmrlvr.translate": 5,
@@ -32,7 +32,7 @@ LAYERS = {
 }
 CORE = 3
 METHODS = "mmrlvr.methods"
-CORE_MAY_IMPORT = {"modalities", "rewards", "rewards.verify", "mmrlvr.models"}
+CORE_MAY_IMPORT = {"modalities", "rewards", "rewards.verify", "mmrlvr.models", "mmrlvr.tools"}
 """What layer 3 may import from layer 2: the registries (package roots: adapters, rewards, model
 families) and the verifier's public API (README, "The verifier": `rewards.verify.extract_answer` / `match`)."""
 PLUGIN_TABLE = "mmrlvr.core.registry"

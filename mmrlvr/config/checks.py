@@ -20,6 +20,7 @@ from mmrlvr.config.schema import (
     ConfigError,
 )
 from mmrlvr.config.synonyms import value_hint
+from mmrlvr.config.tool_checks import tool_problems
 
 
 def _raise(problems: list[str]) -> None:
@@ -274,6 +275,7 @@ def find_problems(cfg: Config) -> list[str]:
         problems += _spec_problems(key, getattr(cfg, key))
     problems += _spec_problems("algo.shaping", cfg.algo.shaping)
     problems += async_problems(cfg)
+    problems += tool_problems(cfg)
     return problems
 
 

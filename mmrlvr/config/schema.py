@@ -110,6 +110,12 @@ class RolloutConfig:
     """vLLM backend: fraction of GPU memory for its KV cache."""
     decode: str = "eager"
     """hf backend: `eager` (dynamic KV cache), `static` or `compiled` (static cache + CUDA graphs)."""
+    max_turns: int = 1
+    """Policy turns per rollout; above 1 a turn ending in a `<tool_call>` runs a tool of `tools` and the policy continues (docs/tools.md). 1: single-turn."""
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """Tools the policy may call, as `{name, timeout_s?, label?, ...options}`: built-in `zoom`, `clip`, or `file.py:function` (empty: no tools, single-turn)."""
+    max_trajectory_tokens: int = 0
+    """Most tokens after the prompt in a multi-turn rollout, tool turns included (0: max_turns × max_new_tokens)."""
 
 
 @dataclass

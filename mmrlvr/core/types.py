@@ -47,9 +47,23 @@ class Rollouts:
     """[B*G, C] logprobs under the weights that sampled a batch generated ahead of its step
     (`train.async_rollouts`): the update's ratio is taken against them. None: sampled by the
     weights being updated (the ratio starts at 1)."""
+    loss_mask: torch.Tensor | None = None
+    """[N, C] 1 on the tokens the loss trains (None: `completion_mask`). A multi-turn rollout
+    (`mmrlvr.rollout.multiturn`) attends to its tool turns but trains only the policy's tokens."""
+    prompt_index: list[int] | None = None
+    """[N] the row of `prompts` each completion continues (None: row r // group_size). A
+    multi-turn rollout gives every trajectory a prompt row of its own, holding its tools' media."""
+
+    def prompt_row(self, row: int) -> int:
+        return row // self.group_size if self.prompt_index is None else self.prompt_index[row]
+
+    @property
+    def train_mask(self) -> torch.Tensor:
+        """[N, C] the tokens the loss trains."""
+        return self.completion_mask if self.loss_mask is None else self.loss_mask
 
     def example_of(self, row: int) -> Example:
-        return self.prompts.examples[row // self.group_size]
+        return self.prompts.examples[self.prompt_row(row)]
 
 
 

@@ -163,6 +163,10 @@ class Policy:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.eos_ids[0]
         self.placeholder_ids = adapter.placeholder_ids(self.tokenizer)
+        image = self.family.image_token and self.tokenizer.convert_tokens_to_ids(self.family.image_token)
+        self.media_types = {int(image): 1} if image is not None else {}
+        """Token id -> type id (`TYPE_KEYS`; images are 1 for Qwen-VL and Gemma 3) of media a tool
+        put in a multi-turn completion (a sampled one holds none: placeholders are scrubbed)."""
 
     @classmethod
     def load(cls, cfg: ModelConfig, adapter: ModalityAdapter, device: torch.device,
@@ -276,6 +280,11 @@ class Policy:
         """Forward kwargs for prompt ++ completion ([N, P+C]) on the policy's device, with the
         position ids and, given `media` (`shared_media`), the shared features in place."""
         full = self.adapter.training_inputs(inputs, completion_ids, completion_mask)
+        for key in TYPE_KEYS:            # a tool's image inside a multi-turn completion
+            if key in full and self.media_types:
+                tail = full[key][:, -completion_ids.shape[1]:]
+                for token, kind in self.media_types.items():
+                    tail.masked_fill_(completion_ids.to(tail.device) == token, kind)
         full = to_device(full, self.device, self.dtype)
         if media is not None:
             full = self.adapter.apply_media(model if model is not None else self.base_model(),
@@ -352,7 +361,8 @@ class Policy:
         also with the MoE router loss on (`router_aux`: its padding mask must cover every token).
         """
         if self.sharded or self._checkpointing() or completion_ids.shape[1] < 2 \
-                or not self.family.repeatable_cache or self.router_aux:
+                or not self.family.repeatable_cache or self.router_aux \
+                or self.holds_media(completion_ids):
             inputs, _ = select(prompts, prompt_rows)
             media = self.shared_media(prompts, prompt_rows, model)
             return self.completion_logprobs(inputs, completion_ids, completion_mask, temperature,
@@ -361,6 +371,11 @@ class Policy:
             logits = self._shared_prompt_logits(prompts, prompt_rows, completion_ids,
                                                 completion_mask, model)   # [N, C, V]
         return token_logprobs(logits, completion_ids.to(self.device), temperature, with_entropy)
+
+    def holds_media(self, ids: torch.Tensor) -> bool:
+        """Completions with a tool's media (multi-turn): only a whole-row forward places it."""
+        held = torch.tensor(self.placeholder_ids, dtype=ids.dtype, device=ids.device)
+        return bool(self.placeholder_ids) and bool(torch.isin(ids, held).any())
 
     def _shared_prompt_logits(self, prompts: PromptBatch, prompt_rows: list[int],
                               ids: torch.Tensor, mask: torch.Tensor,

@@ -24,6 +24,7 @@ from mmrlvr.config import (Config, ConfigError, DataConfig, check_model_path, ev
 from mmrlvr.data import Example, LoadReport, load_split
 from mmrlvr.algo import shaping
 from mmrlvr.rollout import make_engine
+from mmrlvr.rollout.multiturn import with_tools
 from mmrlvr.train import parallel
 from mmrlvr.train.async_rollout import Prefetcher
 from mmrlvr.train.lengths import prompt_budget
@@ -302,6 +303,7 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool,
     engine = make_engine(cfg.rollout.backend, policy, cfg.rollout.branching,
                          cfg.rollout.vllm_gpu_memory_utilization, seed=cfg.train.seed,
                          decode=cfg.rollout.decode)
+    engine = with_tools(engine, policy, cfg.rollout)        # multi-turn with rollout.tools
     errors = run_dir / ("reward_errors.jsonl" if d.world == 1 else f"reward_errors.rank{d.rank}.jsonl")
     shapers = shaping.build(cfg.algo.shaping)
     clips = [s.name for s in shapers if s.stage == "clip"]

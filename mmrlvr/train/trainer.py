@@ -98,6 +98,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
         "time/step_s": t3 - t0, "perf/rollout_tokens_per_s": rollouts.stats["rollout/tokens"] / (t1 - t0),
         "optim/lr": run.scheduler.get_last_lr()[0], **update, **shaped})
     metrics.update(rollout_metrics(rollouts, scores, run.engine.branching))
+    metrics.update({k: v for k, v in rollouts.stats.items() if k.startswith("tools/")})  # multi-turn
     metrics.update(verifier_metrics(scores))
     run.scheduler.step()
     return mean_over_ranks(d, metrics)

@@ -52,8 +52,9 @@ class Update:
         self.run, self.rollouts, self.advantages, self.scores, self.step = \
             run, rollouts, advantages, scores, step
         self.mask = rollouts.completion_mask                                        # [N, C]
+        self.loss_mask = rollouts.train_mask            # [N, C]: tool turns attend, train not
         N = rollouts.completion_ids.shape[0]
-        self.total_tokens = max(d.all_sum(float(self.mask.sum())), 1.0)
+        self.total_tokens = max(d.all_sum(float(self.loss_mask.sum())), 1.0)
         self.total_seqs = int(d.all_sum(float(N)))
         self.credit = credit or TokenCredit(advantages, None, cfg.algo.clip_low, cfg.algo.clip_high)
         self.behaviour = rollouts.behaviour_logprobs      # [N, C]: a batch sampled a step ahead
@@ -82,10 +83,10 @@ class Update:
     def forward(self, batch_rows: list[int], model=None, **kw):
         """((logprobs, entropy), width) of rows `batch_rows`, trimmed to their longest completion."""
         cfg, policy, rollouts = self.run.cfg, self.run.policy, self.rollouts
-        G, ids, mask = rollouts.group_size, rollouts.completion_ids, self.mask
+        ids, mask = rollouts.completion_ids, self.mask
         width = max(int(mask[batch_rows].sum(dim=1).max()), 1)                   # trim right padding
-        args = (rollouts.prompts, [r // G for r in batch_rows], ids[batch_rows, :width],
-                mask[batch_rows, :width], cfg.rollout.temperature)
+        args = (rollouts.prompts, [rollouts.prompt_row(r) for r in batch_rows],
+                ids[batch_rows, :width], mask[batch_rows, :width], cfg.rollout.temperature)
         if cfg.train.packing:                  # no completion padding: groups packed (packing.py)
             return packed_logprobs(policy, *args, model=model, **kw), width
         return policy.rollout_logprobs(*args, model=model, **kw), width
@@ -145,7 +146,7 @@ class Update:
         cfg, policy, stats = self.run.cfg, self.run.policy, self.stats
         policy.router_losses.clear()
         (logp, entropy), width = self.forward(part, with_entropy=epoch == 0)
-        m = self.mask[part, :width].to(logp.device).float()                        # [n, w]
+        m = self.loss_mask[part, :width].to(logp.device).float()                   # [n, w]
         old_lp = self._old_logprobs(part, width, logp)
         ref_lp = torch.stack([self.ref[r][:width] for r in part]).to(logp.device) if self.ref else None
         shaped = {k: v.to(logp.device) if torch.is_tensor(v) else v

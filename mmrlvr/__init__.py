@@ -1,5 +1,20 @@
-"""mmrlvr: RL from verifiable rewards (GRPO) for vision- and audio-language models."""
+"""mmrlvr: RL from verifiable rewards (GRPO) for vision- and audio-language models.
+
+`from mmrlvr import GRPOTrainer, SFTTrainer, Callback, load_config` is the Python API
+(`mmrlvr.api`, docs/api.md); it is imported on first use, so `import mmrlvr` stays light.
+"""
 __version__ = "0.1.0"
+
+API = ("GRPOTrainer", "SFTTrainer", "Callback", "load_config")
+"""The names `mmrlvr` itself exports from `mmrlvr.api`, lazily."""
+
+
+def __getattr__(name: str):
+    if name in API:
+        from mmrlvr import api       # the one import the package root makes upwards (lazily)
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'mmrlvr' has no attribute {name!r}")
 
 
 def version_text() -> str:

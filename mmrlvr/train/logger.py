@@ -86,14 +86,17 @@ class RunLogger:
 
     Only the main process logs (`enabled`); `resume_step` drops the rows a resumed run rewrites;
     `config` (the run's resolved config as a dict) goes to the trackers that keep hyperparameters
-    (wandb, mlflow, trackio)."""
+    (wandb, mlflow, trackio); each of `callbacks` (the Python API's) has `on_log(step, metrics)`
+    called with every row once it is written (an exception there is the caller's and stops the
+    run, as a bug in a script should)."""
 
     def __init__(self, run_dir: Path, enabled: bool = True, resume_step: int | None = None,
                  report_to: Sequence[str] = ("tensorboard",),
-                 config: dict[str, Any] | None = None):
+                 config: dict[str, Any] | None = None, callbacks: Sequence[Any] = ()):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.enabled = enabled
         self.trackers: list[Any] = []
+        self.callbacks = list(callbacks)
         if not enabled:
             return
         if resume_step is not None:
@@ -141,6 +144,8 @@ class RunLogger:
                 _warn(f"{tracker.name} failed to log step {step} ({type(err).__name__}: "
                       f"{err}); it is dropped for the rest of the run")
                 self.trackers.remove(tracker)
+        for callback in self.callbacks:
+            callback.on_log(step, {k: v for k, v in row.items() if k != "step"})
 
     def close(self) -> None:
         for tracker in self.trackers:

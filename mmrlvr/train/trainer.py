@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -236,28 +237,31 @@ def run_eval(run: Run, step: int, progress: bool = False) -> dict[str, float]:
 
 
 def train(cfg: Config, resume: bool = False, progress: bool = True, overwrite: bool = False,
-          force: bool = False, trust_checkpoint: bool = False) -> dict[str, Any]:
+          force: bool = False, trust_checkpoint: bool = False,
+          callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     """Run (or continue) GRPO as configured; returns the run's summary (on rank 0).
 
     `overwrite` lets a fresh run replace an earlier run in `train.out_dir`; `force` lets a
     resume go on with another model or data than the run started with (`mmrlvr.train.rundir`);
     `trust_checkpoint` lets a resume read an old-format (pickled) trainer state, which can run
-    code planted in it (`mmrlvr.train.checkpoint`).
+    code planted in it (`mmrlvr.train.checkpoint`). `callbacks` (the Python API's) get
+    `on_log(step, metrics)` for each metrics row (`RunLogger`).
     """
     run, start_step = build_run(cfg, resume, overwrite, force, trust_checkpoint)
     try:
-        return _train(run, start_step, resume, progress)
+        return _train(run, start_step, resume, progress, callbacks)
     finally:
         if run.lock is not None:
             run.lock.release()
 
 
-def _train(run: Run, start_step: int, resume: bool, progress: bool) -> dict[str, Any]:
+def _train(run: Run, start_step: int, resume: bool, progress: bool,
+           callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     cfg, d = run.cfg, run.dist
     logger = RunLogger(run.run_dir, enabled=d.main, resume_step=start_step if resume else None,
-                       report_to=cfg.train.report_to, config=to_dict(cfg))
+                       report_to=cfg.train.report_to, config=to_dict(cfg), callbacks=callbacks)
     # the run's shape goes in its first metrics row: step 0 where eval runs first, else step 1
     first = {"run/world_size": d.world, "run/strategy": d.strategy} if start_step == 0 else {}
     if run.eval_data and start_step == 0:

@@ -304,6 +304,9 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool,
                          cfg.rollout.vllm_gpu_memory_utilization, seed=cfg.train.seed,
                          decode=cfg.rollout.decode)
     engine = with_tools(engine, policy, cfg.rollout)        # multi-turn with rollout.tools
+    if state is not None and state.get("branching") and engine.branching is not None:
+        saved = state["branching"]
+        engine.branching.load_state_dict(saved[d.rank] if len(saved) == d.world else saved[0])
     errors = run_dir / ("reward_errors.jsonl" if d.world == 1 else f"reward_errors.rank{d.rank}.jsonl")
     shapers = shaping.build(cfg.algo.shaping)
     clips = [s.name for s in shapers if s.stage == "clip"]

@@ -188,6 +188,18 @@ def test_mmrlvr_sft_runs_sft_then_pwsd_and_evaluates_the_reward(tmp_path, tiny_v
     run_cfg = yaml.safe_load((tmp_path / "pwsd" / "config.yaml").read_text())
     assert run_cfg["model"]["path"] == str(tmp_path / "sft" / "final")
     assert run_cfg["rewards"][0]["weight"] == 0.0
+    # each stage writes its report and plots; every key either logs is in docs/metrics.md
+    from test_metrics_doc import undocumented
+
+    for stage, title, plots in [("sft", "# SFT run sft", ("sft_loss", "reward")),
+                                ("pwsd", "# PWSD stage pwsd", ("objective_pwsd", "reward"))]:
+        report = (tmp_path / stage / "report.md").read_text()
+        assert report.startswith(title)
+        for name in plots:
+            assert (tmp_path / stage / "plots" / f"{name}.png").is_file()
+            assert f"](plots/{name}.png)" in report
+        logged = {k for r in read_metrics(tmp_path / stage / "metrics.jsonl") for k in r}
+        assert undocumented(logged) == [], stage
 
 
 def test_sft_options_for_pwsd_need_the_image_translation_modality(tmp_path, tiny_vl):

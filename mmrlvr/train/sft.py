@@ -18,7 +18,6 @@ ranks, so the update equals one process's on the whole batch.
 from __future__ import annotations
 
 import copy
-import json
 import random
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from mmrlvr.config import Config, check_model_path, resolve_model_defaults, save
 from mmrlvr.data import DataError, Example, LoadReport, load_split
 from mmrlvr.train.evaluate import evaluate_ranks, write_records
 from mmrlvr.train.logger import RunLogger
+from mmrlvr.train.report import SFT_PANELS, write_report
 from mmrlvr.rollout import make_engine
 from mmrlvr.train.sampler import PromptSampler
 from mmrlvr.train.lengths import prompt_budget
@@ -99,7 +99,13 @@ def run_pwsd(cfg: Config, init: str | Path, progress: bool = True,
     if cfg.model.modality != "image_translation":
         raise ValueError(f"sft.pwsd needs model.modality image_translation (the privileged "
                          f"teacher prompt), got {cfg.model.modality!r}")
-    return train(pwsd_config(cfg, init), progress=progress, overwrite=overwrite)
+    stage = pwsd_config(cfg, init)
+    summary = train(stage, progress=progress, overwrite=overwrite)
+    if summary:                  # the main process: the trainer's report, titled for PWSD
+        run_dir = Path(stage.train.out_dir)
+        late = " (preempted)" if "preempted" in summary else ""
+        write_report(run_dir, summary, title=f"PWSD stage {run_dir.name}{late}")
+    return summary
 
 
 def sft(cfg: Config, progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
@@ -210,8 +216,9 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
         if "eval/reward" in metrics:
             summary["reward_end"] = metrics["eval/reward"]
     policy.save(out_dir / "final", main=d.main)
-    if d.main:
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if d.main:                 # report.md, plots/ and summary.json, as a GRPO run writes them
+        write_report(out_dir, summary, title=f"SFT run {out_dir.name}", panels=SFT_PANELS,
+                     xlabel="SFT step")
     d.barrier()
     if report.skipped:
         summary["skipped_rows"] = len(report.skipped)

@@ -113,3 +113,46 @@ def test_a_smolvlm_processor_with_another_square_size_is_named(tiny_dirs, tmp_pa
     with pytest.raises(PolicyError, match=r"it writes 9 <image> tokens a square, the smolvlm "
                                           r"model's config.json makes 4"):
         _policy(path)
+
+
+def test_mistral3_images_keep_their_aspect_within_max_pixels_and_a_tiny_one_still_encodes(
+        tiny_dirs, tmp_path):
+    """Pixtral sizes images by aspect: a 3:1 image shrunk to model.max_pixels keeps more columns
+    than rows of [IMG] and takes no more prompt tokens than the family's planning bound; a 6 px
+    image (one 16 px cell) is stretched over two cells (transformers' Mistral 3 cannot split a
+    lone one-feature image), and the features the tower makes are exactly the [IMG] tokens."""
+    if "mistral3" not in NEW:
+        pytest.skip("no tiny mistral3")
+    policy = _policy(tiny_dirs("mistral3"))
+    family, tok = policy.family, policy.tokenizer
+    Image.new("RGB", (300, 100), (0, 200, 0)).save(tmp_path / "wide.png")
+    Image.new("RGB", (6, 6), (0, 0, 200)).save(tmp_path / "dot.png")
+    marks = [tok.convert_tokens_to_ids(t) for t in family.placeholder_tokens]   # IMG, BREAK, END
+    sizes = {}
+    for name in ("wide", "dot"):
+        ex = Example(id=name, prompt="What is it?", answer="x", images=[str(tmp_path / f"{name}.png")])
+        batch = policy.adapter.encode([ex], policy.processor)
+        (h, w), = batch.inputs["image_sizes"].tolist()
+        ids = batch.inputs["input_ids"][0]
+        tokens = int((ids == marks[0]).sum())
+        assert tokens == (h // 16) * (w // 16) > 1, name
+        assert int(torch.isin(ids, torch.tensor(marks)).sum()) <= family.tokens_per_image(
+            policy.model.config, policy.adapter.max_pixels), name
+        with torch.no_grad():
+            out = family.encode_images(policy.model, batch.inputs, torch.device("cpu"), policy.dtype)
+        assert sum(f.shape[0] for f in out.pooler_output) == tokens, name
+        sizes[name] = (h, w)
+    assert sizes["wide"] == (32, 64)      # 300x100 -> 193x64 (max_pixels) -> 63x21 (64 px edge)
+    assert sizes["dot"] == (32, 32)       # 6x6 -> 17x17 -> two cells a side
+
+
+def test_a_mistral3_processor_with_another_patch_size_is_named(tiny_dirs, tmp_path):
+    if "mistral3" not in NEW:
+        pytest.skip("no tiny mistral3")
+    path = _copy(tiny_dirs("mistral3"), tmp_path)
+    cfg = json.loads((path / "processor_config.json").read_text())
+    cfg["patch_size"] = 14
+    (path / "processor_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(PolicyError, match=r"its patch_size is 14, the mistral3 model's config.json "
+                                          r"gives 8"):
+        _policy(path)

@@ -262,3 +262,15 @@ def test_cli_prints_the_table_and_exits_0_when_it_fits_1_when_not():
     assert short.returncode == 1
     data = json.loads(short.stdout)
     assert data["totals"]["fsdp2"]["fits"] is False and data["gpus"] == 1
+
+
+def test_mistral_small_3_1_count_matches_a_hand_count_from_its_config_json():
+    """Mistral-Small-3.1-24B-Instruct-2503 (Pixtral + Mistral): 40 layers of 32 query / 8 KV heads
+    of 128, a 32768-wide gated MLP, untied 131072-token embeddings; an image with no pixel cap
+    is the tower's 1540 px square: 55 x 55 [IMG] + 55 breaks."""
+    h, i, layers, vocab, q, kv = 5120, 32768, 40, 131072, 32 * 128, 8 * 128
+    layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h
+    plan = make_plan(_cfg("mistralai/Mistral-Small-3.1-24B-Instruct-2503"), gpus=8, gpu_mem_gib=80)
+    assert plan.dims.towers["language model"] == layers * layer + 2 * vocab * h + h
+    assert 23.9e9 < plan.dims.total < 24.1e9                  # "24 billion parameters"
+    assert plan.dims.image_tokens == 55 * 56

@@ -59,6 +59,15 @@ def _anyres_features(model, enc):
     return sum(t.shape[0] for t in out.pooler_output)
 
 
+def _pixtral_features(model, enc):
+    # Mistral 3: one [tokens, hidden] per image, (H / 16) x (W / 16) of its real size
+    out = model.get_image_features(enc["pixel_values"], enc["image_sizes"])
+    cell = model.config.vision_config.patch_size * model.config.spatial_merge_size
+    assert [t.shape[0] for t in out.pooler_output] == [
+        (h // cell) * (w // cell) for h, w in enc["image_sizes"].tolist()]
+    return sum(t.shape[0] for t in out.pooler_output)
+
+
 def _omni_features(model, enc):
     out = model.get_audio_features(enc["input_features"], enc["feature_attention_mask"])
     return out.last_hidden_state.shape[0]  # [audio tokens of all clips, text hidden]
@@ -118,6 +127,13 @@ SPECS = {
         model="LlavaOnevisionForConditionalGeneration", auto=True, media="image", nested=True,
         marker="<image>", token="<image>", token_attr="image_token_index",
         features=_anyres_features, n_112=24, type_ids=None),
+    # Mistral 3: [IMG] in the template; a 112 px image fits the 64 px longest edge: 4 rows of 4
+    # [IMG], each row closed by [IMG_BREAK] (the last by [IMG_END])
+    "mistral3": dict(
+        processor="PixtralProcessor", image_processor="PixtralImageProcessor",
+        model="Mistral3ForConditionalGeneration", auto=True, media="image", marker="[IMG]",
+        token="[IMG]", token_attr="image_token_index", features=_pixtral_features, n_112=16,
+        type_ids=None),
 }
 NEW_KINDS = tuple(SPECS)
 QUESTION = "How many shapes?"

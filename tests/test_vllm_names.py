@@ -18,7 +18,7 @@ from tests.vllm_helpers import load, synced, with_lora
 KINDS = {"qwen2-vl": "qwen2_vl", "qwen2.5-vl": "qwen2_5_vl", "qwen2-audio": "qwen2_audio",
          "qwen3-vl": "qwen3_vl", "qwen3-vl-moe": "qwen3_vl_moe", "qwen3.5": "qwen3_5",
          "gemma3": "gemma3", "internvl": "internvl", "smolvlm": "smolvlm",
-         "llava-onevision": "llava_onevision"}
+         "llava-onevision": "llava_onevision", "mistral3": "mistral3"}
 
 # vLLM's hf_to_vllm_mapper prefixes (applied in turn, first match wins): 0.33.0's
 # Qwen2VLForConditionalGeneration / Qwen2_5_VLForConditionalGeneration, and the Qwen3-VL / Qwen3.5
@@ -41,6 +41,9 @@ VLLM_MODULE_ROOTS["internvl"] = VLLM_MODULE_ROOTS["gemma3"]
 VLLM_MODULE_ROOTS["smolvlm"] = ("model.text_model.", "model.vision_model.", "model.connector.", "lm_head.")
 # vLLM's LLaVA-OneVision: Gemma 3's tree plus its image_newline parameter
 VLLM_MODULE_ROOTS["llava_onevision"] = VLLM_MODULE_ROOTS["gemma3"] + ("image_newline",)
+# vLLM's Mistral3ForConditionalGeneration: vision_tower / multi_modal_projector / language_model, its
+# mapper renaming only transformers-5 prefixes (model.language_model. ...): Gemma 3's tree
+VLLM_MODULE_ROOTS["mistral3"] = VLLM_MODULE_ROOTS["gemma3"]
 
 
 def vllm_internal_name(name: str, model_type: str) -> str:

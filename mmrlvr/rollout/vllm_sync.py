@@ -17,8 +17,8 @@ architecture (vLLM 0.33's mappers, read for this, in brackets):
   Qwen3.5                model.language_model. / model.visual. / lm_head.        visual., model.
                                                  language_model. -> language_model.model., lm_head.
                                                  -> language_model.lm_head.]
-  Gemma 3, InternVL      as Qwen2-Audio, with vision_tower. for audio_tower.   [their mappers take
-                                                 the transformers-4 tree as it is]
+  Gemma 3, InternVL,     as Qwen2-Audio, with vision_tower. for audio_tower.   [their mappers take
+  Mistral 3                                      the transformers-4 tree as it is]
   LLaVA-OneVision        as Gemma 3, and model.image_newline -> image_newline   [vLLM's modules]
   SmolVLM                names unchanged: model.text_model. / model.vision_model. /   [no mapper:
                          model.connector. / lm_head.             vLLM's module tree is the same]

@@ -1,8 +1,8 @@
 """Layer 4: tiny random-weight models of real architectures with locally trained tokenizers
 (`vision`: Qwen2-VL, Qwen2.5-VL; `audio`: Qwen2-Audio, Qwen2.5-Omni; one module per newer family:
 `qwen3_vl` (Qwen3-VL, Qwen3-VL-MoE), `gemma3`, `qwen3_omni` (the Qwen3-Omni thinker), `internvl`,
-`qwen3_5` (Qwen3.5, Qwen3.5-MoE), `smolvlm`, `llava_onevision`; `tokenizer`: what they all share, `common`: what the newer
-families share), and `vision_pretrain`, which teaches a tiny vision tower to read before SFT."""
+`qwen3_5` (Qwen3.5, Qwen3.5-MoE), `smolvlm`, `llava_onevision`, `mistral3`; `tokenizer`: what
+they all share, `common`: what the newer families share), and `vision_pretrain`, which teaches a tiny vision tower to read before SFT."""
 from __future__ import annotations
 
 from importlib import import_module
@@ -12,7 +12,7 @@ VISION_KINDS: tuple[str, ...] = ("qwen2-vl", "qwen2.5-vl")
 """The kinds `mmrlvr.tiny.vision` builds (Qwen2-VL's processor, pixel bounds 56x56..112x112 and
 default system prompt; tests/test_tiny.py checks exactly those over this tuple)."""
 NEW_VISION_KINDS: tuple[str, ...] = ("qwen3-vl", "qwen3-vl-moe", "gemma3", "internvl", "qwen3.5",
-                                     "qwen3.5-moe", "smolvlm", "llava-onevision")
+                                     "qwen3.5-moe", "smolvlm", "llava-onevision", "mistral3")
 """Image-language kinds with their own builder module (`mmrlvr.tiny.<family>`), each with its
 family's processor geometry, placeholder tokens and chat template (tests/test_tiny_families.py)."""
 IMAGE_KINDS: tuple[str, ...] = VISION_KINDS + NEW_VISION_KINDS
@@ -35,13 +35,14 @@ _BUILDERS: dict[str, tuple[str, str, bool]] = {
     "qwen3.5-moe": ("mmrlvr.tiny.qwen3_5", "build_tiny_qwen3_5", True),
     "smolvlm": ("mmrlvr.tiny.smolvlm", "build_tiny_smolvlm", False),
     "llava-onevision": ("mmrlvr.tiny.llava_onevision", "build_tiny_llava_onevision", False),
+    "mistral3": ("mmrlvr.tiny.mistral3", "build_tiny_mistral3", False),
 }
 """kind -> (module, builder, whether the builder takes the kind first) for the newer families."""
 _VISION_ONLY = ("min_pixels", "max_pixels")
 _AUDIO_ONLY = ("audio_window",)
-_FIXED_SIZE = ("gemma3", "internvl", "smolvlm", "llava-onevision")
-"""Kinds whose processor resizes to fixed squares (Gemma 3's image, InternVL's tiles): pixel
-bounds do not apply."""
+_FIXED_SIZE = ("gemma3", "internvl", "smolvlm", "llava-onevision", "mistral3")
+"""Kinds whose processor sizes every image itself (Gemma 3's square, InternVL's tiles; Mistral 3's
+builder sets a longest edge instead): their builders take no pixel bounds."""
 
 
 def _audio_options(options: dict) -> dict:

@@ -122,6 +122,9 @@ class Measure:
     def _per_medium(self, kind: str, empty: Example) -> int | None:
         """An upper bound of the tokens one medium of `kind` adds to a prompt (None: none
         known; 0: the adapter ignores that kind)."""
+        if kind == "videos" and self.family.modality == "vision" and self.family.video_key is None:
+            return None               # no video path: the encode names it (Mistral 3's template
+            #                           raises on a video block)
         try:
             scaffold = self._tokens(dataclasses.replace(empty, **{kind: [None]}), "{question}") \
                 - self._tokens(empty, "{question}")

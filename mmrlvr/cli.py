@@ -422,6 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from mmrlvr.audit.run import add_parser as add_audit_verifier
     add_audit_verifier(sub)
+    from mmrlvr.methods.opd.cli import add_parser as add_opd
+    add_opd(sub)
     return p
 
 

@@ -271,6 +271,43 @@ class SFTConfig:
 
 
 @dataclass
+class OPDStageConfig:
+    """On-policy distillation before GRPO (`mmrlvr opd CONFIG`, docs/opd.md): the student samples,
+    the teacher's per-token reverse KL on those tokens is the loss (rewards weighted 0, logged);
+    the held-out score every `eval_every` steps decides when GRPO takes over, from the best
+    checkpoint."""
+
+    teacher: str = ""
+    """Teacher model dir with the policy's tokenizer (required by `mmrlvr opd`)."""
+    steps: int = 200
+    """Most OPD steps; the switch rule may stop sooner."""
+    eval_every: int = 10
+    """Held-out eval (and a checkpoint) every N OPD steps; the switch is decided there."""
+    metric: str = "eval/accuracy"
+    """The validation score the switch reads (a metric of the eval rows, e.g. `eval/reward`)."""
+    patience: int = 2
+    """Switch after this many evals in a row without a gain over the best score (> min_delta)."""
+    min_delta: float = 0.0
+    """A gain smaller than this is no gain."""
+    threshold: float | None = None
+    """Switch as soon as the score reaches this (None: only patience and steps end OPD)."""
+    estimator: str = "sampled"
+    """`sampled`: log π_S − log π_T of the sampled token (policy-gradient form); `full`: exact KL over the vocabulary per position."""
+    max_rows: int = 64
+    """Student rollouts distilled per step (bounds the [n, C, V] logits)."""
+    lr: float = 0.0
+    """Peak learning rate of the OPD stage (0: optim.lr)."""
+    batch_prompts: int = 0
+    """Prompts per OPD step (0: train.batch_prompts)."""
+    group_size: int = 2
+    """Student samples per prompt (>= 2: the trainer's groups)."""
+    temperature: float = 1.0
+    """Student sampling temperature (1: the reverse KL is of the model as it is)."""
+    out_dir: str = "runs/opd"
+    """The OPD stage's run dir; GRPO's is train.out_dir."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy."""
@@ -293,6 +330,8 @@ class Config:
     """Loop, logging and checkpoints."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """Supervised warm start (`mmrlvr sft`)."""
+    opd: OPDStageConfig = field(default_factory=OPDStageConfig)
+    """On-policy distillation before GRPO (`mmrlvr opd`)."""
 
 
 def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:

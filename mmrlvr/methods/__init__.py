@@ -20,8 +20,8 @@ tests/test_architecture.py checks both walls.
 from __future__ import annotations
 
 from mmrlvr.methods import (audio_rubrics, cliff, cue_grpo, difficulty, gapo, gmts,  # noqa: F401
-                            ncgrpo, om_grpo, opdvr, pirl, structreward, transanytext)
+                            ncgrpo, om_grpo, opd, opdvr, pirl, structreward, transanytext)
 
 METHODS = ("ncgrpo", "pirl", "structreward", "audio_rubrics", "transanytext", "gapo", "cue_grpo",
-           "gmts", "om_grpo", "opdvr", "cliff", "difficulty")
+           "gmts", "om_grpo", "opdvr", "opd", "cliff", "difficulty")
 """Every method folder, in docs/methods.md's order."""

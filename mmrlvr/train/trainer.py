@@ -22,7 +22,7 @@ import random
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -238,24 +238,28 @@ def run_eval(run: Run, step: int, progress: bool = False) -> dict[str, float]:
 
 def train(cfg: Config, resume: bool = False, progress: bool = True, overwrite: bool = False,
           force: bool = False, trust_checkpoint: bool = False,
+          until: Callable[[int, dict[str, Any]], bool] | None = None,
           callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     """Run (or continue) GRPO as configured; returns the run's summary (on rank 0).
 
     `overwrite` lets a fresh run replace an earlier run in `train.out_dir`; `force` lets a
     resume go on with another model or data than the run started with (`mmrlvr.train.rundir`);
     `trust_checkpoint` lets a resume read an old-format (pickled) trainer state, which can run
-    code planted in it (`mmrlvr.train.checkpoint`). `callbacks` (the Python API's) get
-    `on_log(step, metrics)` for each metrics row (`RunLogger`).
+    code planted in it (`mmrlvr.train.checkpoint`). `until(step, metrics)`, asked on rank 0
+    after each step (its eval included), ends the run there when it answers True, as if that
+    step were the last (a stage that stops on its validation score: `mmrlvr opd`). `callbacks`
+    (the Python API's) get `on_log(step, metrics)` for each metrics row (`RunLogger`).
     """
     run, start_step = build_run(cfg, resume, overwrite, force, trust_checkpoint)
     try:
-        return _train(run, start_step, resume, progress, callbacks)
+        return _train(run, start_step, resume, progress, until, callbacks)
     finally:
         if run.lock is not None:
             run.lock.release()
 
 
 def _train(run: Run, start_step: int, resume: bool, progress: bool,
+           until: Callable[[int, dict[str, Any]], bool] | None = None,
            callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
@@ -271,7 +275,7 @@ def _train(run: Run, start_step: int, resume: bool, progress: bool,
     bar = tqdm(range(start_step + 1, cfg.train.steps + 1), desc="grpo", disable=not (progress and d.main),
                initial=start_step, total=cfg.train.steps)
     with Preemption() as stop:
-        stopped = _steps(run, bar, logger, first, stop)
+        stopped = _steps(run, bar, logger, first, stop, until)
     logger.close()
     if d.main:       # a lazy split records rows skipped when drawn: rewrite skipped_rows.jsonl
         run.report.write(run.run_dir)
@@ -293,8 +297,8 @@ def _train(run: Run, start_step: int, resume: bool, progress: bool,
     return summary
 
 
-def _steps(run: Run, bar, logger: RunLogger, first: dict[str, Any], stop: Preemption
-           ) -> tuple[int, str] | None:
+def _steps(run: Run, bar, logger: RunLogger, first: dict[str, Any], stop: Preemption,
+           until: Callable[[int, dict[str, Any]], bool] | None = None) -> tuple[int, str] | None:
     """The training steps of `bar`; (step, signal) when a signal stopped them after `step`."""
     cfg = run.cfg
     for step in bar:
@@ -306,6 +310,9 @@ def _steps(run: Run, bar, logger: RunLogger, first: dict[str, Any], stop: Preemp
         last = step == cfg.train.steps
         if run.eval_data and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
             metrics.update(run_eval(run, step))
+        if until is not None:            # rank 0's verdict (eval figures live there)
+            ended = run.dist.gather(bool(until(step, metrics)) if run.dist.main else False)[0]
+            last = last or ended
         logger.log(step, metrics)
         shown = {"reward": metrics["reward/mean"], "acc": metrics.get("reward/accuracy"),
                  "eval": metrics.get("eval/reward" if cfg.train.eval_reward else "eval/accuracy")}
@@ -320,6 +327,10 @@ def _steps(run: Run, bar, logger: RunLogger, first: dict[str, Any], stop: Preemp
             if not saved:
                 _save(run, step)
             return step, name
+        if last:                         # `until` ended the run early (or the loop is done)
+            if run.prefetch is not None:
+                run.prefetch.drop()
+            return None
     return None
 
 

@@ -124,7 +124,10 @@ def example_table(ctx: DemoContext, modality: str, ready: bool, per_page: int = 
 
     found = ctx.info.examples if ready and ctx.info.examples_for == modality else []
     if not found:
-        if ready:
+        if ready and ctx.info.run_dir is not None and ctx.info.examples_for == modality:
+            gr.Markdown(f"No examples here: {ctx.info.examples_note or 'none were found'}.",
+                        elem_classes=["note"])
+        elif ready:
             gr.Markdown("No examples here: start the demo with `--run RUN_DIR`; the run's eval "
                         "data gives them.", elem_classes=["note"])
         return None

@@ -5,19 +5,24 @@ A run dir is what `mmrlvr train` or `mmrlvr sft` wrote (`config.yaml`, `metrics.
 `model.path`; of an SFT run, `sft.init` (else `model.path`). Paths in a config are as the run was
 started (usually relative to the repo root), so each is tried as given, then from the dir that
 holds `runs/`. Examples are the first rows of the run's eval data (else its training data),
-spread over the task's question families.
+spread over the task's question families, read through the data layer as training read them: any
+layout a run trains from (mmrlvr, TRL, EasyR1, ms-swift JSONL or parquet/Arrow/`save_to_disk`,
+`PATH@SPLIT`, a `layout:` prefix, `data.columns`).
 """
 from __future__ import annotations
 
 import itertools
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from mmrlvr.data import DataError, Example, example_from_row
+from mmrlvr.data import DataError, Example
+from mmrlvr.data.formats import LAYOUTS
+from mmrlvr.data.loading import head_examples
 
 MAX_EXAMPLES = 8
 SCAN_ROWS = 2000
@@ -40,6 +45,11 @@ class RunInfo:
     start_model: str = ""
     """The model the run started from, resolved to an existing dir where one is found."""
     data_file: Path | None = None
+    """The file or dir the examples come from (the path of `data_spec`)."""
+    data_spec: str = ""
+    """The dataset spec as the run's config gives it, its path resolved (`layout:`, `@split` kept)."""
+    examples_note: str = ""
+    """Why a run has no examples (its data is not on this machine, or has no rows to show)."""
     task: str = ""
     """The data set's task name (`info.json` beside the data file), e.g. `shapes`."""
     examples: list[Example] = field(default_factory=list)
@@ -89,6 +99,24 @@ def resolve(path: str | None, run_dir: Path | None) -> Path | None:
     return next((p for p in tries if p.exists()), None)
 
 
+def resolve_spec(spec: Any, run_dir: Path | None) -> tuple[str, Path] | None:
+    """(spec, its path) for a data spec `[layout:]PATH[@SPLIT]` whose path `resolve` finds (a
+    `{name: path}` eval gives its first set), else None."""
+    if isinstance(spec, dict):
+        spec = next(iter(spec.values()), None)
+    if not spec or not isinstance(spec, str):
+        return None
+    name, colon, text = spec.partition(":")
+    prefix = f"{name}:" if colon and name in LAYOUTS else ""
+    text = text if prefix else spec
+    found = resolve(text, run_dir)
+    if found is not None:
+        return prefix + str(found), found
+    path, at, split = text.rpartition("@")
+    found = resolve(path, run_dir) if at and path else None
+    return (f"{prefix}{found}@{split}", found) if found is not None else None
+
+
 def run_kind(run_dir: Path, cfg: dict[str, Any]) -> str:
     """`sft` when the dir is the config's `sft.out_dir` or logs `sft/loss`, else `grpo`."""
     sft_out = (cfg.get("sft") or {}).get("out_dir")
@@ -123,37 +151,83 @@ def read_run(run_dir: str | Path | None, model_path: str | Path | None = None,
     found = resolve(start, path)
     info.start_model = str(found) if found else str(start or "")
     data = cfg.get("data") or {}
-    for key in ("eval", "train"):
-        file = resolve(data.get(key), path)
-        if file is not None and file.is_file():
-            info.data_file = file
-            break
-    if info.data_file is not None:
-        info.task = str(load_json(info.data_file.parent / "info.json").get("task", ""))
-        info.examples = load_examples(info.data_file, modality)
-        info.examples_for = modality
+    found = next((f for f in (resolve_spec(data.get(k), path) for k in ("eval", "train")) if f),
+                 None)
+    if found is None:
+        given = [str(data.get(k)) for k in ("eval", "train") if data.get(k)]
+        info.examples_note = (f"the run's data ({', '.join(f'`{g}`' for g in given)}) is not on "
+                              "this machine" if given else "the run's config names no data")
+        return info
+    info.data_spec, info.data_file = found
+    home = info.data_file if info.data_file.is_dir() else info.data_file.parent
+    info.task = str(load_json(home / "info.json").get("task", ""))
+    columns = data.get("columns") if isinstance(data.get("columns"), dict) else None
+    try:
+        info.examples = load_examples(info.data_spec, modality, columns=columns,
+                                      allow_outside=bool(data.get("allow_outside")))
+    except (DataError, OSError) as err:
+        info.examples_note = f"the run's data `{info.data_spec}` could not be read: {err}"
+    else:
+        if not info.examples:
+            info.examples_note = (f"the first {SCAN_ROWS} rows of `{info.data_spec}` have no "
+                                  f"{'audio' if modality == 'audio' else 'image'} to show")
+    info.examples_for = modality
     return info
 
 
-def load_examples(data_file: Path, modality: str, limit: int = MAX_EXAMPLES) -> list[Example]:
-    """Up to `limit` rows whose media fit `modality`, one question family after another."""
+def load_examples(data: str | Path, modality: str, limit: int = MAX_EXAMPLES, *,
+                  columns: dict[str, str] | None = None,
+                  allow_outside: bool = False) -> list[Example]:
+    """Up to `limit` of the first `SCAN_ROWS` rows of the dataset spec `data` whose media fit
+    `modality`, one question family after another. Raises DataError for data that cannot be
+    read (an unknown layout, columns it lacks)."""
     media = "audios" if modality == "audio" else "images"
     by_family: dict[str, list[Example]] = {}
-    try:
-        with data_file.open("rb") as fh:
-            for line, raw in enumerate(itertools.islice(fh, SCAN_ROWS), start=1):
-                try:
-                    ex = example_from_row(json.loads(raw), source=str(data_file), line=line,
-                                          base_dir=data_file.parent.absolute())
-                except (ValueError, DataError, KeyError, TypeError):
-                    continue        # a blank or bad row is no example; training reports them
-                if getattr(ex, media):
-                    family = str(ex.meta.get("family", ""))
-                    by_family.setdefault(family, []).append(ex)
-    except OSError:
-        return []
+    for ex in head_examples(data, SCAN_ROWS, columns=columns, allow_outside=allow_outside):
+        if getattr(ex, media):
+            by_family.setdefault(str(ex.meta.get("family", "")), []).append(ex)
     spread = [ex for group in itertools.zip_longest(*by_family.values()) for ex in group if ex]
-    return spread[:limit]
+    return [with_media_files(ex, str(data)) for ex in spread[:limit]]
+
+
+def with_media_files(ex: Example, data: str) -> Example:
+    """`ex` with in-memory media (a TRL or parquet dataset's PIL images, `(array, rate)` audio)
+    written to files under the demo's cache, as the inputs and the server take files; a file
+    is named by its content, so a restart writes nothing new."""
+    import dataclasses
+    import hashlib
+    import io
+    import tempfile
+
+    import numpy as np
+
+    cache = Path(tempfile.gettempdir()) / "mmrlvr-demo-media" / hashlib.sha1(
+        data.encode()).hexdigest()[:12]
+
+    def stored(item: Any, kind: str) -> Any:
+        if isinstance(item, str):
+            return item
+        buf = io.BytesIO()
+        if kind == "image" and hasattr(item, "save"):             # a PIL image
+            item.convert("RGB").save(buf, format="PNG")
+            suffix = ".png"
+        elif kind == "audio" and isinstance(item, tuple) and len(item) == 2:
+            import soundfile
+
+            soundfile.write(buf, np.asarray(item[0], dtype=np.float32), int(item[1]), format="WAV")
+            suffix = ".wav"
+        else:
+            return item                  # a medium the demo's inputs do not take as a file
+        path = cache / f"{hashlib.sha1(buf.getvalue()).hexdigest()[:16]}{suffix}"
+        if not path.is_file():
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(buf.getvalue())
+            tmp.replace(path)
+        return str(path)
+
+    return dataclasses.replace(ex, images=[stored(i, "image") for i in ex.images],
+                               audios=[stored(a, "audio") for a in ex.audios])
 
 
 def question_domain(info: RunInfo, question: str) -> str:

@@ -30,8 +30,8 @@ from mmrlvr.data.sources import LAZY_BYTES, JsonSource, TableSource, open_source
 if TYPE_CHECKING:
     from mmrlvr.config import DataConfig
 
-__all__ = ["LAZY_BYTES", "LazySplit", "load_dataset", "load_jsonl", "load_split", "load_table",
-           "write_jsonl"]
+__all__ = ["LAZY_BYTES", "LazySplit", "head_examples", "load_dataset", "load_jsonl", "load_split",
+           "load_table", "write_jsonl"]
 
 SKIP_HINT = "to drop bad rows instead, set data.on_error=skip (mmrlvr eval: --on-error skip)"
 
@@ -218,6 +218,39 @@ def load_dataset(spec: str | Path, *, on_error: str = "raise", report: LoadRepor
     if not examples:
         raise DataError(f"{spec}: the dataset is empty (no usable rows)")
     return examples
+
+
+def head_examples(spec: str | Path, rows: int = 2000, *, columns: dict[str, str] | None = None,
+                  allow_outside: bool = False) -> list[Example]:
+    """The usable Examples among the first `rows` rows of a dataset spec (every form
+    `load_dataset` reads, a `layout:` prefix and `data.columns` included), built as training
+    builds them (embedded media written beside the data as there), without reading or checking
+    the rest; a bad row is left out. What a demo shows as a run's examples."""
+    spec = str(spec)
+    name, _, rest = spec.partition(":")
+    base = LAYOUTS.get(name) if rest else None
+    source = open_source(rest if base is not None else spec)
+    if isinstance(source, JsonSource):
+        head = [(file, line, row) for file, line, row in itertools.islice(source.rows(), rows)]
+        first = next((row for *_, row in head if isinstance(row, dict)), None)
+        if first is None:
+            return []
+        layout = detect_layout(first, source.label, columns, base, check_names=False)
+    else:
+        layout = detect_layout(source.table.column_names, source.label, columns, base)
+        head = [(*source.where(pos), row) for pos, row in
+                itertools.islice(((p, r) for start, batch in source.batches(size=min(rows, 2048))
+                                  for p, r in enumerate(batch, start)), rows)]
+    build = _builder(source, layout, allow_outside)
+    out = []
+    for file, line, row in head:
+        if isinstance(row, DataError):
+            continue
+        try:
+            out.append(build(row, file, line)[0])
+        except DataError:
+            continue                       # training reports bad rows; a demo shows the others
+    return out
 
 
 def load_jsonl(path: str | Path, *, on_error: str = "raise", report: LoadReport | None = None,

@@ -155,9 +155,12 @@ def cmd_stress(args: argparse.Namespace) -> int:
                     format_prompt=args.format_prompt, system_prompt=args.system_prompt,
                     limit=args.limit, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                     seed=args.seed, n_boot=args.bootstrap, device=args.device,
-                    min_pixels=args.min_pixels, max_pixels=args.max_pixels)
+                    min_pixels=args.min_pixels, max_pixels=args.max_pixels, dynamic=args.dynamic)
     groups = report["summary"]["groups"]
-    print(json.dumps({"clean": report["summary"]["clean"], "mean_drop": groups}, indent=2))
+    shown = {"clean": report["summary"]["clean"], "mean_drop": groups}
+    if args.dynamic:
+        shown["dynamic"] = report["dynamic"]["overall"]
+    print(json.dumps(shown, indent=2))
     print(f"wrote {Path(args.out) / 'report.md'}")
     return 0
 
@@ -342,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-new-tokens", type=int, default=64)
     r.add_argument("--seed", type=int, default=0, help="seeds operators and the bootstrap")
     r.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
+    r.add_argument("--dynamic", type=int, default=0, metavar="K",
+                   help="also ask each question K times in freshly drawn wordings (held-out "
+                   "template, paraphrase, options, format): mean and worst case per question")
     r.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     r.add_argument("--min-pixels", type=int, help="default: the run's, else 56*56")
     r.add_argument("--max-pixels", type=int, help="default: the run's, else 112*112")

@@ -55,6 +55,50 @@ def test_r_mid_anneals_from_half_to_zero_through_the_combined_reward():
     assert custom.score(YES, ["<think>x</think><answer>yes</answer>"], progress=0.5)[0]["overall"] == 1.0
 
 
+FOUR = {"formatted_correct": "<think>a spot</think><answer>yes</answer>",
+        "formatted_wrong": "<think>no spot</think><answer>no</answer>",
+        "misformatted_correct": "yes",
+        "misformatted_wrong": "no"}
+
+
+@pytest.mark.parametrize("levels, want", [
+    ("content_first", {"formatted_correct": 1.0, "formatted_wrong": 0.0,
+                       "misformatted_correct": 0.25, "misformatted_wrong": 0.0}),
+    ("format_first", {"formatted_correct": 1.0, "formatted_wrong": 0.25,
+                      "misformatted_correct": 0.0, "misformatted_wrong": 0.0}),
+    ({"formatted_correct": 1.0, "formatted_wrong": 0.3, "misformatted_correct": "r_mid",
+      "misformatted_wrong": 0.1},
+     {"formatted_correct": 1.0, "formatted_wrong": 0.3, "misformatted_correct": 0.25,
+      "misformatted_wrong": 0.1}),
+])
+def test_trinary_levels_give_each_cell_its_configured_value(levels, want):
+    reward = rewards.get("pirl", levels=levels)
+    got = {cell: reward.score(YES, [text], progress=0.5)[0]["overall"] for cell, text in FOUR.items()}
+    assert got == want                                  # r_mid at half-way: 0.25
+    default = rewards.get("pirl")
+    assert [default.score(YES, [t], progress=0.5)[0]["overall"] for t in FOUR.values()] == \
+        [1.0, 0.0, 0.25, 0.0]                           # the default is content_first
+
+
+def test_format_first_ranks_formatted_wrong_above_every_misformatted_answer():
+    reward = rewards.get("pirl", levels="format_first")
+    for progress in (0.0, 0.5, 0.9):
+        v = {c: reward.score(YES, [t], progress=progress)[0]["overall"] for c, t in FOUR.items()}
+        assert v["formatted_correct"] > v["formatted_wrong"] > v["misformatted_correct"] >= \
+            v["misformatted_wrong"]
+
+
+def test_bad_levels_are_refused_by_name():
+    with pytest.raises(ValueError, match="not one of"):
+        rewards.get("pirl", levels="format_last")
+    with pytest.raises(ValueError, match="missing or unknown keys"):
+        rewards.get("pirl", levels={"formatted_correct": 1.0})
+    with pytest.raises(ValueError, match="bad values"):
+        rewards.get("pirl", levels={**dict.fromkeys(
+            ["formatted_correct", "formatted_wrong", "misformatted_correct"], 1.0),
+            "misformatted_wrong": 2.0})
+
+
 def test_template_pool_off_is_identity_and_draws_nothing():
     rng = random.Random(0)
     state = rng.getstate()

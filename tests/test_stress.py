@@ -267,3 +267,66 @@ def test_frame_order_reverses_and_remaps_the_gold_or_skips(clips):
         assert _edges(new.videos[0]) == _edges(full[::-1])
         assert new.answer == (OPPOSITE[ex.answer] if family == "direction" else ex.answer)
     assert seen == {"direction": 2, "blink": 2}
+
+
+def test_dynamic_draws_are_seeded_keep_the_gold_and_vary_the_wording(med):
+    from mmrlvr.stress.dynamic import draw
+
+    for ex in med + HAND:
+        drawn = [draw(ex, FMT, 0, k) for k in range(6)]
+        assert [(v.example.prompt, v.format_prompt) for v in drawn] == \
+            [(draw(ex, FMT, 0, k).example.prompt, draw(ex, FMT, 0, k).format_prompt)
+             for k in range(6)]                                          # seeded per (seed, k, id)
+        for v in drawn:
+            assert gold_preserved(ex, v.example)
+            assert any(t.split("{question}")[0] in v.example.prompt for t in HELDOUT_TEMPLATES)
+        assert len({(v.example.prompt, v.format_prompt) for v in drawn}) >= 3, ex.id
+    assert draw(med[0], FMT, 0, 0).example.prompt != draw(med[0], FMT, 1, 0).example.prompt or \
+        draw(med[0], FMT, 0, 1).example.prompt != draw(med[0], FMT, 1, 1).example.prompt
+
+
+def test_dynamic_figures_are_mean_and_worst_case_per_question_and_overall(tmp_path, med):
+    from mmrlvr.stress.dynamic import run_dynamic, summarize_dynamic
+
+    scripted = _Scripted()
+    examples = med[:12] + HAND
+    clean = {r["row"]: r for r in run_stress(scripted, scripted, examples, [], format_prompt=FMT,
+                                             progress=False)}
+    drawn = run_dynamic(scripted, scripted, examples, 4, format_prompt=FMT, batch_size=5,
+                        progress=False)
+    assert len(drawn) == 4 * len(examples) and {r["draw"] for r in drawn} == {0, 1, 2, 3}
+    dyn = summarize_dynamic(drawn, clean, n_boot=200, seed=0)
+    assert dyn["k"] == 4
+    by_row = {}
+    for r in drawn:
+        by_row.setdefault(r["row"], []).append(r["correct"])
+    for q in dyn["questions"]:                                   # by hand, per question
+        right = by_row[q["row"]]
+        assert q["mean"] == pytest.approx(sum(right) / 4) and q["worst"] == float(all(right))
+        assert q["clean"] == clean[q["row"]]["correct"]
+    qs = dyn["questions"]
+    f = dyn["overall"]["all"]
+    assert f["n"] == len(examples)
+    assert f["mean_accuracy"] == pytest.approx(sum(q["mean"] for q in qs) / len(qs))
+    assert f["worst_accuracy"] == pytest.approx(sum(q["worst"] for q in qs) / len(qs))
+    assert f["worst_accuracy"] <= f["mean_accuracy"]
+    assert f["mean_drop"] == pytest.approx(100 * (f["clean_accuracy"] - f["mean_accuracy"]))
+    assert f["worst_drop"] == pytest.approx(100 * (f["clean_accuracy"] - f["worst_accuracy"]))
+    assert 0 < sum(q["worst"] < q["mean"] for q in qs)           # the scripted model is not constant
+    closed = dyn["overall"]["closed"]
+    assert closed["n"] == sum(q["answer_type"] == "closed" for q in qs)
+
+
+def test_stress_cli_dynamic_on_a_tiny_model(tmp_path, tiny_vl, med):
+    from mmrlvr.cli import main
+
+    data = Path(med[0].images[0]).parent.parent / "test.jsonl"
+    out = tmp_path / "dyn"
+    assert main(["stress", "--model", str(tiny_vl), "--data", str(data), "--out", str(out),
+                 "--ops", "template_swap", "--dynamic", "3", "--limit", "4",
+                 "--max-new-tokens", "4", "--bootstrap", "50", "--format-prompt", FMT]) == 0
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["settings"]["dynamic"] == 3
+    assert len(saved["dynamic_predictions"]) == 12
+    assert saved["dynamic"]["overall"]["all"]["n"] == 4
+    assert "Dynamic evaluation (3 fresh draws per question)" in (out / "report.md").read_text()

@@ -24,26 +24,16 @@ from typing import Any
 
 import numpy as np
 import yaml
-from tqdm.auto import tqdm
 
 from mmrlvr.data import Example
-from mmrlvr.rollout.base import SamplingParams
 from mmrlvr.stress import OPERATORS, apply
 from mmrlvr.stress.ops_video import operators as video_operators
 from mmrlvr.core.templates import HELDOUT_TEMPLATES
 from mmrlvr.core.stats import mcnemar_exact
-from rewards.verify import detect_kind, extract_answer, match
+from mmrlvr.stress.answers import SUBSETS, answer, answer_type, record  # noqa: F401 (answer_type: API)
+from mmrlvr.stress.dynamic import report_lines as dynamic_lines, run_dynamic, summarize_dynamic
 
 KINDS = ("text", "image", "audio", "video", "task")
-SUBSETS = ("all", "closed", "open")
-
-
-def answer_type(ex: Example) -> str:
-    """`closed` or `open`: `meta.answer_type` when present, else from the gold's kind."""
-    given = str(ex.meta.get("answer_type", "")).lower()
-    if given in ("closed", "open"):
-        return given
-    return "closed" if ex.choices or detect_kind(ex.answer) in ("yesno", "choice") else "open"
 
 
 def find_run_config(model: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -75,28 +65,12 @@ def run_stress(policy, engine, examples: list[Example], ops: list[str], *, forma
             v = apply(OPERATORS[name], ex, format_prompt, seed)
             if v is not None:
                 jobs.append((name, row, v.example, v.format_prompt))
-    jobs.sort(key=lambda j: j[3])                       # one format instruction per batch
     records: list[dict[str, Any]] = []
-    bar = tqdm(total=len(jobs), desc="stress", disable=not progress)
-    for start in range(0, len(jobs), batch_size):
-        chunk = jobs[start:start + batch_size]
-        groups: dict[str, list] = {}
-        for job in chunk:
-            groups.setdefault(job[3], []).append(job)
-        for fmt, part in groups.items():
-            batch = policy.adapter.encode([j[2] for j in part], policy.processor,
-                                          system_prompt=system_prompt, format_prompt=fmt)
-            out = engine.generate(batch, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
-            for (name, row, ex, _), text in zip(part, out.texts):
-                pred = extract_answer(text)
-                records.append({
-                    "op": name, "kind": "clean" if name == "clean" else OPERATORS[name].kind,
-                    "row": row, "id": ex.id, "answer_type": answer_type(examples[row]),
-                    "prompt": ex.prompt, "format_prompt": fmt, "gold": ex.answer, "choices": ex.choices,
-                    "completion": text, "extracted": pred,
-                    "correct": bool(pred is not None and match(pred, ex.answer, ex.choices))})
-        bar.update(len(chunk))
-    bar.close()
+    for (name, row, ex, fmt), text in answer(policy, engine, jobs, system_prompt=system_prompt,
+                                             batch_size=batch_size, max_new_tokens=max_new_tokens,
+                                             progress=progress):
+        records.append(record(name, "clean" if name == "clean" else OPERATORS[name].kind, row, ex,
+                              examples[row], fmt, text))
     records.sort(key=lambda r: (r["row"], -1 if r["op"] == "clean" else list(OPERATORS).index(r["op"])))
     return records
 
@@ -184,6 +158,8 @@ def write_report(out_dir: str | Path, report: dict[str, Any]) -> Path:
                              f"{m['accuracy']:.3f} | {m['drop']:+.1f} [{lo:+.1f}, {hi:+.1f}] | "
                              f"{m['mcnemar_p']:.3g} | {m['flip_rate']:.3f} |")
         lines.append("")
+    if "dynamic" in report:
+        lines += dynamic_lines(report["dynamic"])
     lines += ["![drops](stress.png)", "", "Operators: " + "; ".join(
         f"`{n}` {e['doc']}" for n, e in figs["ops"].items()) + "."]
     (out_dir / "report.md").write_text("\n".join(lines) + "\n")
@@ -225,8 +201,9 @@ def stress(model: str, data: str, out: str, ops: list[str] | None = None, *, mod
            format_prompt: str | None = None, system_prompt: str | None = None, limit: int = 0,
            batch_size: int = 32, max_new_tokens: int = 64, seed: int = 0, n_boot: int = 1000,
            device: str = "auto", min_pixels: int | None = None, max_pixels: int | None = None,
-           progress: bool = True) -> dict[str, Any]:
-    """Load a model (run dir, model dir or hub id) and a dataset, stress it, write the report."""
+           progress: bool = True, dynamic: int = 0) -> dict[str, Any]:
+    """Load a model (run dir, model dir or hub id) and a dataset, stress it, write the report;
+    `dynamic` K > 0 adds K freshly drawn wordings of every question (mmrlvr/stress/dynamic.py)."""
     import modalities
     from mmrlvr.config import ConfigError, ModelConfig
     from mmrlvr.tasks.medvqa_public import load_any
@@ -263,5 +240,13 @@ def stress(model: str, data: str, out: str, ops: list[str] | None = None, *, mod
                            "trained_templates": trained,
                            "heldout_overlap": sorted(set(trained) & set(HELDOUT_TEMPLATES))},
               "summary": summarize(records, ops, n_boot, seed), "predictions": records}
+    if dynamic:
+        drawn = run_dynamic(policy, make_engine("hf", policy), examples, dynamic,
+                            format_prompt=fmt, system_prompt=system, batch_size=batch_size,
+                            max_new_tokens=max_new_tokens, seed=seed, progress=progress)
+        clean = {r["row"]: r for r in records if r["op"] == "clean"}
+        report["settings"]["dynamic"] = dynamic
+        report["dynamic"] = summarize_dynamic(drawn, clean, n_boot, seed)
+        report["dynamic_predictions"] = drawn
     write_report(out, report)
     return report

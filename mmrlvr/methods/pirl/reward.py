@@ -10,6 +10,15 @@
 `r_mid_end` (0) as training progresses, so early on a correct but sloppy answer still earns
 credit and by the end only the full format does. The trainer passes `progress = step / steps`
 to every `score` call (the Reward protocol, `mmrlvr.core.types.Reward`).
+
+`levels` says which value each of the four cells (well formatted or not) x (content correct or
+not) gets; a value is a number or `"r_mid"` (the annealed middle value):
+
+    content_first (default, the reading above)  1 | wrong, formatted 0     | correct, misformatted r_mid | wrong, misformatted 0
+    format_first                                1 | wrong, formatted r_mid | correct, misformatted 0     | wrong, misformatted 0
+
+`format_first` ranks a well-formatted wrong answer above any misformatted one (the middle rung
+rewards the format instead of the content). A mapping with the keys of `CELLS` sets each cell.
 """
 from __future__ import annotations
 
@@ -74,15 +83,48 @@ def _drop_think_blocks(text: str) -> str:
     return "".join(parts)
 
 
-class PirlReward:
-    """1 / r_mid / 0 as above; components: `correct` (content), `format`, `r_mid` (current value)."""
+CELLS = ("formatted_correct", "formatted_wrong", "misformatted_correct", "misformatted_wrong")
+"""The four outcomes a completion can have: (well formatted or not) x (content correct or not)."""
+LEVELS: dict[str, dict[str, float | str]] = {
+    "content_first": {"formatted_correct": 1.0, "formatted_wrong": 0.0,
+                      "misformatted_correct": "r_mid", "misformatted_wrong": 0.0},
+    "format_first": {"formatted_correct": 1.0, "formatted_wrong": "r_mid",
+                     "misformatted_correct": 0.0, "misformatted_wrong": 0.0},
+}
+"""Named `levels`: the default is our documented reading of the paper; `format_first` the variant
+that ranks well-formatted-wrong above misformatted."""
 
-    def __init__(self, r_mid_start: float = 0.5, r_mid_end: float = 0.0, allow_boxed: bool = True):
+
+def parse_levels(levels: str | dict[str, float | str]) -> dict[str, float | str]:
+    """A `levels` option (a name of `LEVELS` or a mapping over `CELLS`) as the cell -> value table."""
+    if isinstance(levels, str):
+        if levels not in LEVELS:
+            raise ValueError(f"pirl reward: levels {levels!r} is not one of {sorted(LEVELS)} (or "
+                             f"give a mapping over {list(CELLS)})")
+        return dict(LEVELS[levels])
+    table = dict(levels or {})
+    wrong = sorted(set(table) ^ set(CELLS))
+    bad = [f"{k}={v!r}" for k, v in table.items()
+           if v != "r_mid" and not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0)]
+    if wrong or bad:
+        raise ValueError(f"pirl reward: levels must give every one of {list(CELLS)} a number in "
+                         f"[0, 1] or 'r_mid'; " + (f"missing or unknown keys {wrong}" if wrong
+                                                   else f"bad values {bad}"))
+    return table
+
+
+class PirlReward:
+    """The cell values of `levels` (default 1 / r_mid / 0 as above); components: `correct`
+    (content), `format`, `r_mid` (current value)."""
+
+    def __init__(self, r_mid_start: float = 0.5, r_mid_end: float = 0.0, allow_boxed: bool = True,
+                 levels: str | dict[str, float | str] = "content_first"):
         if not 0.0 <= r_mid_end <= 1.0 or not 0.0 <= r_mid_start <= 1.0:
             raise ValueError(f"pirl reward: r_mid_start ({r_mid_start}) and r_mid_end ({r_mid_end}) "
                              "must lie in [0, 1]")
         self.name = "pirl"
         self.r_mid_start, self.r_mid_end, self.allow_boxed = r_mid_start, r_mid_end, allow_boxed
+        self.levels = parse_levels(levels)
 
     def r_mid(self, progress: float) -> float:
         """`r_mid` at training progress in [0, 1] (clamped): linear from start to end."""
@@ -96,11 +138,13 @@ class PirlReward:
             strict = extract_answer(text)
             formatted = is_well_formatted(text, self.allow_boxed)
             if formatted and strict is not None and match(strict, example.answer, example.choices):
-                value, correct = 1.0, 1.0
+                correct = 1.0
             else:
                 loose = lenient_extract(text, strict)
                 correct = float(loose is not None and match(loose, example.answer, example.choices))
-                value = r_mid * correct
+            cell = f"{'' if formatted else 'mis'}formatted_{'correct' if correct else 'wrong'}"
+            level = self.levels[cell]
+            value = r_mid if level == "r_mid" else float(level)
             out.append({"overall": value, "correct": correct, "format": float(formatted),
                         "r_mid": r_mid})
         return out

@@ -34,6 +34,10 @@ from rewards import swift_standin
 from rewards.conventions import STYLES, ConventionError, adapt, lift
 
 REWARDS = Registry("reward")
+DATA_CHECKS = Registry("reward data check")
+"""Reward name -> `check(train_rows, reward_spec, run_dir)`, run once on the main rank when a run
+starts, for a reward to report what the rows allow it to pay (e.g. `struct_steps`' reference
+step agreement); methods register here."""
 for _name, _target in {
         "accuracy": "rewards.accuracy:AccuracyReward",
         "format": "rewards.format:FormatReward",

@@ -82,6 +82,11 @@ def test_numbers_read_signs_decimals_fractions_and_separators():
     ("1 + 2 = 3", "2 + 1 = 3", False),                           # out of order: not numeric
     ("There are 2 blue squares", "There are 2 red circles.", False),   # prose, not a computation
     ("x^2 - 1 = (x-1)(x-1)", "x^2 - 1 = (x-1)(x+1)", False),     # variables: left to symbolic
+    ("5000 + 5001 = 10001", "5000 + 5000 = 10000", False),       # integers exact: no tolerance
+    ("9999 + 2 = 10001", "9999 + 1 = 10000", False),             # (1e-4 relative took 10001)
+    ("the total is 10000.0", "total = 10000", True),             # an integer written as x.0
+    ("1 / 3 = 0.33333", "1 / 3 = 0.333333", True),               # non-integers: 1e-4 relative
+    ("1 / 3 = 0.3", "1 / 3 = 0.333333", False),
 ])
 def test_numeric_matcher(step, ref, ok):
     assert match_numeric(step, ref) is ok
@@ -320,3 +325,56 @@ def test_structreward_off_is_plain_grpo_exactly(tmp_path, tiny_vl, shapes_dir, m
     again = _stable(tmp_path / "plain-again")
     assert again == plain
     assert not any(k.startswith("objective/") or "struct_steps" in k for r in plain for k in r)
+
+
+# ----------------------------------------------------------------------------- at data load
+
+def test_integers_never_match_with_a_tolerance_anywhere():
+    """Lexical steps compare their numbers with the same rule: 10001 red circles are not 10000."""
+    assert not match_lexical("There are 10001 red circles.", "There are 10000 red circles.")
+    assert match_lexical("There are 10000 red circles.", "There are 10000 red circles.")
+    assert match_step("10001", "10000") is None
+
+
+def test_reference_check_reports_agreement_and_warns_on_coarse_reasoning(tmp_path, capsys):
+    from mmrlvr.methods.structreward.reference_check import WARN_BELOW, check_reference_steps
+
+    steps = ["There are 2 red circles.", "There is 1 blue square.", "2 + 1 = 3"]
+    rows = [Example(id=f"c{i}", prompt="How many?", answer="3", steps=steps,
+                    reasoning="I see 2 red circles and 1 blue square. 2 + 1 = 3",
+                    meta={"family": "count"}) for i in range(3)]
+    rows += [Example(id="a", prompt="What is 2 + 1?", answer="3", steps=["2 + 1 = 3"],
+                     reasoning="2 + 1 = 3.", meta={"family": "add"}),
+             Example(id="none", prompt="What is 2 + 1?", answer="3")]           # no steps: not read
+    report = check_reference_steps(rows, {"name": "struct_steps"}, tmp_path)
+    assert report["count"]["rows"] == 3 and report["add"]["rows"] == 1
+    assert report["count"]["refs_self"] == 1.0 and report["add"]["refs_self"] == 1.0
+    # the one coarse sentence matches neither "There …" step, only the computation
+    assert report["count"]["reasoning"] == pytest.approx(1 / 3) and 1 / 3 < WARN_BELOW
+    assert report["count"]["reasoning_full_frac"] == 0.0 and report["add"]["reasoning"] == 1.0
+    err = capsys.readouterr().err
+    assert "gold reasoning of the 'count' rows scores 0.33" in err and "'add'" not in err.split("agreement:")[0]
+    saved = json.loads((tmp_path / "struct_steps_reference.json").read_text())
+    assert saved["families"]["count"]["reasoning"] == pytest.approx(1 / 3) and len(saved["warnings"]) == 1
+
+
+def test_reference_steps_the_matcher_cannot_read_are_named(capsys):
+    from mmrlvr.methods.structreward.reference_check import check_reference_steps
+
+    # two references that segment as one step ("So." joins the step before it)
+    rows = [Example(id="x", prompt="q", answer="3", steps=["2 + 1 = 3", "So."], meta={"family": "odd"})]
+    report = check_reference_steps(rows)
+    assert report["odd"]["refs_self"] == 0.5
+    assert "reference steps of the 1 'odd' rows match themselves at 0.50" in capsys.readouterr().err
+
+
+def test_a_run_with_struct_steps_checks_its_rows_at_load(tmp_path, tiny_vl, shapes_dir):
+    from mmrlvr.train.setup import build_run
+
+    cfg = load_config(None, [f"model.path={tiny_vl}", f"data.train={shapes_dir / 'train.jsonl'}",
+                             "train.steps=1", f"train.out_dir={tmp_path / 'run'}"])
+    cfg.rewards = [{"name": "struct_steps", "weight": 1.0}]
+    run, _ = build_run(cfg)
+    run.lock.release()
+    saved = json.loads((tmp_path / "run" / "struct_steps_reference.json").read_text())
+    assert saved["families"] and all(f["refs_self"] == 1.0 for f in saved["families"].values())

@@ -33,7 +33,7 @@ from mmrlvr.train.parallel import Dist, LaunchError
 from mmrlvr.train.policy import Policy, bf16_update_warning, load_model
 from mmrlvr.train.rundir import RunDirError, claim
 from mmrlvr.train import sampler as sampler_mod
-from rewards import build_combined
+from rewards import DATA_CHECKS, build_combined
 
 
 def seed_everything(seed: int) -> None:
@@ -314,6 +314,10 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool,
         print(f"warning: algo.shaping {clips[0]!r} only moves clip bounds, and with algo.ppo_epochs 1 "
               "every update is on-policy (ratio 1): no bound is ever reached and it changes nothing. "
               "Set algo.ppo_epochs >= 2 for it to act.", file=sys.stderr)
+    if d.main:                              # a reward that checks the rows it will score
+        for spec in cfg.rewards:
+            if spec.get("name") in DATA_CHECKS:
+                DATA_CHECKS.get(spec["name"])(train_data, spec, run_dir)
     run = Run(cfg, d, policy, engine,
               build_combined(cfg.rewards, error_log=errors), objectives, optimizer, scheduler,
               train_data, eval_data, sampler, ref_model, run_dir, report, shapers, lock,

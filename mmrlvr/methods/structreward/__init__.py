@@ -1,13 +1,15 @@
 """StructReward: structured step rewards (docs/structreward.md).
 
 Step alignment against reference steps, the gated reward (`steps.py`, reward `struct_steps`) and
-rollout recycling as an auxiliary supervised loss (`recycling.py`, objective `recycling`). Off:
+rollout recycling as an auxiliary supervised loss (`recycling.py`, objective `recycling`), and
+the check at data load of how far the reference reasoning can score (`reference_check.py`). Off:
 neither named in the config.
 """
 from __future__ import annotations
 
 from mmrlvr.objectives import OBJECTIVES
-from rewards import REWARDS
+from rewards import DATA_CHECKS, REWARDS
 
 REWARDS.register("struct_steps", "mmrlvr.methods.structreward.steps:StructStepsReward")
 OBJECTIVES.register("recycling", "mmrlvr.methods.structreward.recycling:Recycling")
+DATA_CHECKS.register("struct_steps", "mmrlvr.methods.structreward.reference_check:check_reference_steps")

@@ -7,7 +7,9 @@ a reference step by the first of these that fires:
 
     numeric   the reference step is a computation (numbers and operators, at most two words:
               `2 + 1 = 3`, `area = 12`) whose numbers appear in order among the step's, and both
-              end on the same value — relative tolerance 1e-4;
+              end on the same value: two integers must be equal exactly (10001 is not 10000),
+              a relative tolerance of 1e-4 applies only when one of them is not an integer
+              (a rounded decimal: 0.3333 for 1/3);
     symbolic  both steps carry a formula and `rewards.verify.match` proves it equivalent (for
               equations: first sides and last sides). Never for bare numbers — an identity like
               `1 + 1 = 2` is "equal" to any other true numeric identity, which is numeric's job;
@@ -53,7 +55,8 @@ from rewards.format import is_well_formatted
 from rewards.verify import detect_kind, extract_answer, match
 
 REL_TOL = 1e-4
-"""Numeric matcher: relative tolerance between two numbers (docs/methods.md)."""
+"""Numeric matcher: relative tolerance between two numbers when one is not an integer
+(docs/methods.md); integers compare exactly."""
 F1_MIN = 0.5
 """Lexical matcher: least token F1 (docs/methods.md)."""
 NUMERIC_MAX_WORDS = 2
@@ -169,6 +172,10 @@ def numbers(text: str) -> tuple[float, ...]:
 
 
 def _close(a: float, b: float) -> bool:
+    """Equal numbers: integers exactly (a relative tolerance at 10⁴ would take 10001 for 10000,
+    the verifier false positive of docs/structreward.md), others within `REL_TOL`."""
+    if a.is_integer() and b.is_integer():
+        return a == b
     return math.isclose(a, b, rel_tol=REL_TOL)
 
 

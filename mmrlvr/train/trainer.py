@@ -384,6 +384,8 @@ def _save(run: Run, step: int) -> None:
              "cursor": run.sampler.cursor, "world_size": d.world, "strategy": d.strategy}
     if hasattr(run.sampler, "state_dict"):
         state["sampler"] = run.sampler.state_dict()
+    if run.engine.branching is not None:          # e.g. NC-GRPO's alpha: auto controller
+        state["branching"] = d.gather(run.engine.branching.state_dict())
     sharded = None
     if d.strategy == "fsdp2":
         sharded = sharded_state(run.policy.base_model(), run.optimizer)

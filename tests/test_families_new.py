@@ -156,3 +156,20 @@ def test_a_mistral3_processor_with_another_patch_size_is_named(tiny_dirs, tmp_pa
     with pytest.raises(PolicyError, match=r"its patch_size is 14, the mistral3 model's config.json "
                                           r"gives 8"):
         _policy(path)
+
+
+def test_a_glm4v_processor_that_merges_otherwise_is_named_and_a_video_row_refused(tiny_dirs,
+                                                                                 tmp_path, rows):
+    if "glm4v" not in NEW:
+        pytest.skip("no tiny glm4v")
+    policy = _policy(tiny_dirs("glm4v"))
+    video = Example(id="clip-3", prompt="What moves?", answer="x", videos=[rows[1].images[0]])
+    with pytest.raises(DataError, match=r"sample clip-3: 1 video\(s\), but mmrlvr has no video path "
+                                        r"for the glm4v family"):
+        policy.adapter.encode([video], policy.processor)
+    path = _copy(tiny_dirs("glm4v"), tmp_path)
+    cfg = json.loads((path / "processor_config.json").read_text())
+    cfg["image_processor"]["merge_size"] = 1
+    (path / "processor_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(PolicyError, match=r"it merges 1x1 patches, the glm4v model's config.json 2x2"):
+        _policy(path)

@@ -274,3 +274,15 @@ def test_mistral_small_3_1_count_matches_a_hand_count_from_its_config_json():
     assert plan.dims.towers["language model"] == layers * layer + 2 * vocab * h + h
     assert 23.9e9 < plan.dims.total < 24.1e9                  # "24 billion parameters"
     assert plan.dims.image_tokens == 55 * 56
+
+
+def test_glm_4_1v_count_matches_a_hand_count_from_its_config_json():
+    """GLM-4.1V-9B-Thinking: a GLM-4 decoder of 40 layers (32 query heads of 128 with q/k/v
+    biases, 2 KV heads, a fused 13696-wide gated MLP, four RMSNorms a layer), untied 151552-token
+    embeddings: 9.40 B, and 10.29 B with its 24-block vision tower (the model card's 10.3 B)."""
+    h, i, layers, vocab, q, kv = 4096, 13696, 40, 151552, 32 * 128, 2 * 128
+    layer = (h * q + q) + 2 * (h * kv + kv) + q * h + 3 * h * i + 4 * h
+    plan = make_plan(_cfg("zai-org/GLM-4.1V-9B-Thinking"), gpus=8, gpu_mem_gib=80)
+    assert plan.dims.towers["language model"] == layers * layer + 2 * vocab * h + h
+    assert 10.25e9 < plan.dims.total < 10.35e9
+    assert plan.dims.kv_dim == kv

@@ -134,6 +134,13 @@ SPECS = {
         model="Mistral3ForConditionalGeneration", auto=True, media="image", marker="[IMG]",
         token="[IMG]", token_attr="image_token_index", features=_pixtral_features, n_112=16,
         type_ids=None),
+    # GLM-4.1V: Qwen2-VL's geometry (a 112 px image: grid [1, 8, 8], 16 tokens) and
+    # mm_token_type_ids; <|begin_of_image|><|image|><|end_of_image|> in the template
+    "glm4v": dict(
+        processor="Glm4vProcessor", image_processor="Glm4vImageProcessor",
+        model="Glm4vForConditionalGeneration", auto=True, media="image",
+        marker="<|begin_of_image|><|image|><|end_of_image|>", token="<|image|>",
+        token_attr="image_token_id", features=_qwen3_5_features, n_112=16),
 }
 NEW_KINDS = tuple(SPECS)
 QUESTION = "How many shapes?"

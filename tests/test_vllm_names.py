@@ -18,7 +18,7 @@ from tests.vllm_helpers import load, synced, with_lora
 KINDS = {"qwen2-vl": "qwen2_vl", "qwen2.5-vl": "qwen2_5_vl", "qwen2-audio": "qwen2_audio",
          "qwen3-vl": "qwen3_vl", "qwen3-vl-moe": "qwen3_vl_moe", "qwen3.5": "qwen3_5",
          "gemma3": "gemma3", "internvl": "internvl", "smolvlm": "smolvlm",
-         "llava-onevision": "llava_onevision", "mistral3": "mistral3"}
+         "llava-onevision": "llava_onevision", "mistral3": "mistral3", "glm4v": "glm4v"}
 
 # vLLM's hf_to_vllm_mapper prefixes (applied in turn, first match wins): 0.33.0's
 # Qwen2VLForConditionalGeneration / Qwen2_5_VLForConditionalGeneration, and the Qwen3-VL / Qwen3.5
@@ -44,11 +44,13 @@ VLLM_MODULE_ROOTS["llava_onevision"] = VLLM_MODULE_ROOTS["gemma3"] + ("image_new
 # vLLM's Mistral3ForConditionalGeneration: vision_tower / multi_modal_projector / language_model, its
 # mapper renaming only transformers-5 prefixes (model.language_model. ...): Gemma 3's tree
 VLLM_MODULE_ROOTS["mistral3"] = VLLM_MODULE_ROOTS["gemma3"]
+# vLLM's Glm4vForConditionalGeneration: visual / language_model, Qwen3-VL's mapper prefixes
+VLLM_MODULE_ROOTS["glm4v"] = VLLM_MODULE_ROOTS["qwen2_vl"]
 
 
 def vllm_internal_name(name: str, model_type: str) -> str:
     prefixes = {"qwen2_vl": VLLM_VL_PREFIXES, "qwen2_5_vl": VLLM_VL_PREFIXES}.get(
-        model_type, VLLM_QWEN3_PREFIXES if model_type.startswith("qwen3") else {})
+        model_type, VLLM_QWEN3_PREFIXES if model_type.startswith(("qwen3", "glm4v")) else {})
     for prefix, new in prefixes.items():
         if name.startswith(prefix):
             return new + name[len(prefix):]

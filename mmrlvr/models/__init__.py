@@ -5,7 +5,8 @@
     models.names()                               # every supported family
 
 An unsupported `model_type` is refused before any weights load, naming the supported families.
-One file per family line (`qwen_vl`; `gemma3`, `internvl` and `mistral3`, on `tiled`; `qwen_audio`);
+One file per family line (`qwen_vl`, and `glm4v` on it; `gemma3`, `internvl` and `mistral3`, on
+`tiled`; `qwen_audio`);
 `mmrlvr.models.base.Family` says what a family answers.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from mmrlvr.models.base import Family, FamilyError, VllmNames
 from mmrlvr.models.gemma3 import Gemma3
+from mmrlvr.models.glm4v import Glm4v
 from mmrlvr.models.internvl import InternVL
 from mmrlvr.models.llama import Llama
 from mmrlvr.models.llava_onevision import LlavaOnevision
@@ -25,7 +27,7 @@ from mmrlvr.models.qwen_vl import Qwen2VL, Qwen3VL, Qwen3VLMoe, Qwen25VL, Qwen35
 from mmrlvr.models.smolvlm import SmolVLM
 
 FAMILIES: tuple[Family, ...] = (Qwen2VL(), Qwen25VL(), Qwen3VL(), Qwen3VLMoe(), Qwen35(), Qwen35Moe(),
-                                Gemma3(), InternVL(), SmolVLM(), LlavaOnevision(), Mistral3(),
+                                Gemma3(), InternVL(), SmolVLM(), LlavaOnevision(), Mistral3(), Glm4v(),
                                 Qwen2Audio(), Qwen25Omni(), Qwen3Omni(),
                                 Llama())
 """Every supported family, in the order the README's model table lists them."""

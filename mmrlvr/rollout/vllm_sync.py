@@ -14,7 +14,7 @@ architecture (vLLM 0.33's mappers, read for this, in brackets):
                          model.multi_modal_projector.X -> multi_modal_projector.X   the checkpoint
                          lm_head.X              -> language_model.lm_head.X         uses as well]
   Qwen3-VL (+MoE),        names unchanged: their checkpoints use transformers 5's  [model.visual. ->
-  Qwen3.5                model.language_model. / model.visual. / lm_head.        visual., model.
+  Qwen3.5, GLM-4.1V      model.language_model. / model.visual. / lm_head.        visual., model.
                                                  language_model. -> language_model.model., lm_head.
                                                  -> language_model.lm_head.]
   Gemma 3, InternVL,     as Qwen2-Audio, with vision_tower. for audio_tower.   [their mappers take

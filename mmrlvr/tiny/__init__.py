@@ -1,7 +1,7 @@
 """Layer 4: tiny random-weight models of real architectures with locally trained tokenizers
 (`vision`: Qwen2-VL, Qwen2.5-VL; `audio`: Qwen2-Audio, Qwen2.5-Omni; one module per newer family:
 `qwen3_vl` (Qwen3-VL, Qwen3-VL-MoE), `gemma3`, `qwen3_omni` (the Qwen3-Omni thinker), `internvl`,
-`qwen3_5` (Qwen3.5, Qwen3.5-MoE), `smolvlm`, `llava_onevision`, `mistral3`; `tokenizer`: what
+`qwen3_5` (Qwen3.5, Qwen3.5-MoE), `smolvlm`, `llava_onevision`, `mistral3`, `glm4v`; `tokenizer`: what
 they all share, `common`: what the newer families share), and `vision_pretrain`, which teaches a tiny vision tower to read before SFT."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ VISION_KINDS: tuple[str, ...] = ("qwen2-vl", "qwen2.5-vl")
 """The kinds `mmrlvr.tiny.vision` builds (Qwen2-VL's processor, pixel bounds 56x56..112x112 and
 default system prompt; tests/test_tiny.py checks exactly those over this tuple)."""
 NEW_VISION_KINDS: tuple[str, ...] = ("qwen3-vl", "qwen3-vl-moe", "gemma3", "internvl", "qwen3.5",
-                                     "qwen3.5-moe", "smolvlm", "llava-onevision", "mistral3")
+                                     "qwen3.5-moe", "smolvlm", "llava-onevision", "mistral3", "glm4v")
 """Image-language kinds with their own builder module (`mmrlvr.tiny.<family>`), each with its
 family's processor geometry, placeholder tokens and chat template (tests/test_tiny_families.py)."""
 IMAGE_KINDS: tuple[str, ...] = VISION_KINDS + NEW_VISION_KINDS
@@ -36,6 +36,7 @@ _BUILDERS: dict[str, tuple[str, str, bool]] = {
     "smolvlm": ("mmrlvr.tiny.smolvlm", "build_tiny_smolvlm", False),
     "llava-onevision": ("mmrlvr.tiny.llava_onevision", "build_tiny_llava_onevision", False),
     "mistral3": ("mmrlvr.tiny.mistral3", "build_tiny_mistral3", False),
+    "glm4v": ("mmrlvr.tiny.glm4v", "build_tiny_glm4v", False),
 }
 """kind -> (module, builder, whether the builder takes the kind first) for the newer families."""
 _VISION_ONLY = ("min_pixels", "max_pixels")

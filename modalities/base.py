@@ -13,7 +13,7 @@ import torch
 from mmrlvr.data import DataError, Example
 from mmrlvr.data.chat import interleaved, split_at_markers
 from mmrlvr.core.types import TYPE_KEYS, PromptBatch, select
-from mmrlvr.core.templates import format_question
+from mmrlvr.core.format_prompt import format_question
 
 
 class Adapter:

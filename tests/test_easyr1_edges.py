@@ -11,7 +11,7 @@ import yaml
 
 from mmrlvr.config import ConfigError, describe, load_config
 from mmrlvr.config.easyr1 import EASYR1
-from mmrlvr.core.templates import format_question
+from mmrlvr.core.format_prompt import format_question
 from mmrlvr.data import DataError, Example
 
 KEYS = {key for key, _, _ in describe()}
@@ -212,6 +212,17 @@ def test_template_problems_are_errors_that_say_what_to_do(tmp_path):
         format_question("q", "line one\n{{ content ")
     with pytest.raises(DataError, match="'question' is undefined.*only variable, `content`"):
         format_question("q", "{{ question }} Think.")
+
+
+def test_a_config_naming_a_template_that_cannot_be_read_fails_at_load(tmp_path):
+    missing = tmp_path / "examples" / "format_prompt" / "math.jinja"
+    msg = _error(None, [f"data.format_prompt={missing}"])
+    assert msg.startswith(f"config key 'data.format_prompt': cannot read the template file "
+                          f"{missing} (No such file or directory)")
+    assert "Jinja syntax error at line 1" in _error(None, ["data.format_prompt='{{ content '"])
+    missing.parent.mkdir(parents=True)
+    missing.write_text(MATH)
+    assert load_config(None, [f"data.format_prompt={missing}"]).data.format_prompt == str(missing)
 
 
 def test_the_model_sees_the_rendered_instruction_not_the_path(easyr1_dir, policy, shapes_dir):

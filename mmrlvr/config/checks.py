@@ -20,6 +20,7 @@ from mmrlvr.config.schema import (
     ConfigError,
 )
 from mmrlvr.config.synonyms import value_hint
+from mmrlvr.core.format_prompt import check_format_prompt
 from mmrlvr.config.tool_checks import tool_problems
 
 
@@ -346,6 +347,10 @@ def _value_problems(cfg: Config) -> list[str]:
         if isinstance(name, str) and name not in TRACKERS:
             problems.append(f"config key 'train.report_to[{i}]' is {name!r}; choose from "
                             f"{list(TRACKERS)} (an empty list: metrics.jsonl only)")
+    fmt = cfg.data.format_prompt
+    if isinstance(fmt, str) and (fmt_problem := check_format_prompt(fmt)):
+        # e.g. an EasyR1 .jinja file that is not there: said before any model loads
+        problems.append(fmt_problem.replace("data.format_prompt:", "config key 'data.format_prompt':", 1))
     for t in cfg.data.templates:
         if isinstance(t, str) and "{question}" not in t:
             problems.append(f"config key 'data.templates': {t!r} has no {{question}} slot; "

@@ -67,7 +67,7 @@ class DataConfig:
     system_prompt: str = ""
     """System message prepended to every prompt (empty: none)."""
     format_prompt: str = ""
-    """Instruction appended to each question, e.g. asking for <think>/<answer> tags."""
+    """Instruction appended to each question (e.g. asking for <think>/<answer> tags), or a Jinja template rendered with the question as `content`: a `.jinja` file (EasyR1's format_prompt) or text holding `{{ }}`."""
     templates: list[str] = field(default_factory=list)
     """Prompt templates with a `{question}` slot; each prompt gets one drawn per step (empty: off)."""
     allow_outside: bool = False

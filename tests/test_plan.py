@@ -286,3 +286,13 @@ def test_glm_4_1v_count_matches_a_hand_count_from_its_config_json():
     assert plan.dims.towers["language model"] == layers * layer + 2 * vocab * h + h
     assert 10.25e9 < plan.dims.total < 10.35e9
     assert plan.dims.kv_dim == kv
+
+
+def test_dense_qwen3_5_plans_its_hybrid_decoder_offline():
+    """Qwen3.5-4B (dense): 32 layers, a KV cache in the 8 full-attention ones only, every
+    parameter active, and one 248320 x 2560 embedding (tied to the head)."""
+    plan = make_plan(_cfg("Qwen/Qwen3.5-4B"), gpus=8, gpu_mem_gib=80)
+    d = plan.dims
+    assert (d.layers, d.kv_layers, d.kv_dim, d.hidden) == (32, 8, 4 * 256, 2560)
+    assert d.active == d.total and 4.0e9 < d.towers["language model"] < 4.4e9
+    assert d.root[0] < 2 * 248320 * 2560                      # tied: the head adds no matrix

@@ -306,6 +306,13 @@ class Qwen3VLMoe(Qwen3VL):
     }
 
 
+def _qwen3_5_vision(out: int) -> dict:
+    """Qwen3.5's tower: Qwen3-VL's 27-block, 1152-wide one without DeepStack."""
+    vision = _qwen3_vision(out)
+    vision.pop("deepstack_visual_indexes")
+    return vision
+
+
 class Qwen35(QwenVL):
     """Qwen3.5 (natively multimodal): Qwen3-VL's vision (16-pixel patches, no DeepStack) on a
     hybrid text model (Gated DeltaNet linear-attention layers between full-attention ones)."""
@@ -319,6 +326,22 @@ class Qwen35(QwenVL):
     vllm = _QWEN3_VL_NAMES
     repeatable_cache = False
     lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj")
+
+    published = {
+        # Qwen/Qwen3.5-4B: the text dims of slime's Megatron script for it (scripts/models/
+        # qwen3.5-4B.sh: 32 layers, hidden 2560, FFN 9216, 16 heads / 4 KV groups of 256, partial
+        # rotary 0.25, tied embeddings, vocab 248320), with Gated DeltaNet's 16 key / 32 value
+        # heads of 128 and full attention every 4th layer as a public simulator's spec of the
+        # release states them; its vision tower is assumed the 35B-A3B's (27 blocks, 1152 wide),
+        # projected to 2560: neither source states it
+        "Qwen/Qwen3.5-4B": _vl("qwen3_5", dict(
+            _text(2560, 9216, 32, 16, 4, 248320, True), head_dim=256, full_attention_interval=4,
+            linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
+            linear_num_key_heads=16, linear_num_value_heads=32,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000000,
+                             "partial_rotary_factor": 0.25, "mrope_interleaved": True,
+                             "mrope_section": [11, 11, 10]}), _qwen3_5_vision(2560)),
+    }
 
 
 def _qwen3_5_moe_text(h: int, layers: int, heads: int, kv: int, experts: int, top: int, inter: int,
@@ -335,13 +358,6 @@ def _qwen3_5_moe_text(h: int, layers: int, heads: int, kv: int, experts: int, to
                 rope_parameters={"rope_type": "default", "rope_theta": 10000000,
                                  "partial_rotary_factor": 0.25, "mrope_interleaved": True,
                                  "mrope_section": [11, 11, 10]})
-
-
-def _qwen3_5_vision(out: int) -> dict:
-    """Qwen3.5's tower: Qwen3-VL's 27-block, 1152-wide one without DeepStack."""
-    vision = _qwen3_vision(out)
-    vision.pop("deepstack_visual_indexes")
-    return vision
 
 
 class Qwen35Moe(Qwen35):

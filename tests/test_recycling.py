@@ -233,3 +233,71 @@ def test_a_resumed_run_drops_rows_of_the_steps_it_redoes(policy, rollouts, tmp_p
     Recycling().loss(_ctx(policy, rollouts, step=3, run_dir=tmp_path))
     steps = [json.loads(ln)["step"] for ln in path.read_text().splitlines()]
     assert steps == [1, 2] + [3] * 6
+
+
+# ----------------------------------------------------------------------------- form: tasks
+
+def test_mixed_groups_become_a_comparison_and_a_self_correction_task():
+    from mmrlvr.data import Example
+    from mmrlvr.methods.structreward.tasks import build_tasks, task_rewards
+
+    examples = [Example(id=f"e{b}", prompt=f"Q{b}?", answer=str(b), images=[f"img{b}.png"])
+                for b in range(3)]
+    texts = ["wrong0", "right0", "w", "r",  "a", "b", "c", "d",  "right2", "x", "y", "z"]
+    flags = [[0, 1, 0, 1], [1, 1, 1, 1], [1, 0, 0, 0]]
+    tasks = build_tasks(texts, _scores(flags), 4, examples, step=7)
+    assert [(t.kind, t.group, t.rows) for t in tasks] == [
+        ("compare", 0, (1, 0)), ("compare", 2, (8, 9)), ("fix", 0, (0,)), ("fix", 2, (9,))]
+    for t in tasks:
+        src = examples[t.group]
+        assert t.example.prompt.startswith(src.prompt) and t.example.images == src.images
+        if t.kind == "compare":
+            right, wrong = texts[t.rows[0]], texts[t.rows[1]]
+            a = t.example.prompt.split("Attempt A:\n")[1].split("\n\n")[0]
+            assert t.example.choices == ["A", "B"] and right in t.example.prompt and wrong in t.example.prompt
+            assert (a == right) == (t.example.answer == "A")          # the gold names the right one
+        else:
+            assert texts[t.rows[0]] in t.example.prompt and t.example.answer == src.answer
+    again = build_tasks(texts, _scores(flags), 4, examples, step=7)
+    assert [t.example.prompt for t in again] == [t.example.prompt for t in tasks]   # resumes alike
+    assert len(build_tasks(texts, _scores(flags), 4, examples, 7, max_tasks=3)) == 3
+    assert [t.kind for t in build_tasks(texts, _scores(flags), 4, examples, 7, fix=False)] == ["compare"] * 2
+    gold = tasks[0].example.answer
+    other = "B" if gold == "A" else "A"
+    got = task_rewards(tasks[:1], [f"<answer>{gold}</answer>", f"<answer>{other}</answer>",
+                                   "no answer", f"I pick <answer>{gold}</answer>"], 4)
+    assert got.tolist() == [[1.0, 0.0, 0.0, 1.0]]
+
+
+def test_tasks_form_trains_the_tasks_by_their_verified_advantages(policy, rollouts, tmp_path, monkeypatch):
+    import mmrlvr.methods.structreward.tasks as tasks_module
+
+    fixed = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]] * 4)      # spread, then none
+    monkeypatch.setattr(tasks_module, "task_rewards", lambda tasks, texts, group: fixed[:len(tasks)])
+    obj = Recycling(form="tasks", task_group=4, task_max_new_tokens=6)
+    torch.manual_seed(0)
+    loss, stats = obj.loss(_ctx(policy, rollouts, run_dir=tmp_path))
+    assert stats["tasks"] == 4 and stats["task_zero_spread_frac"] == 0.5
+    assert {"task_compare_accuracy", "task_fix_accuracy"} <= set(stats)
+    # first epoch: ratio 1, so the loss is −Σ A·m / Σ m and its gradient that of −Σ A·log π·m / Σ m
+    task_rollouts, advantages, old = obj.tasks.batch
+    m = task_rollouts.completion_mask.float()
+    adv = advantages.unsqueeze(1)
+    assert loss.item() == pytest.approx((-(adv * m).sum() / m.sum()).item(), abs=1e-6)
+    assert advantages[4:8].abs().sum() == 0 and advantages[:4].abs().sum() > 0
+    params = [p for p in policy.trainable_parameters()]
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    rows = list(range(len(m)))
+    logp, _ = policy.rollout_logprobs(task_rollouts.prompts, [r // 4 for r in rows],
+                                      task_rollouts.completion_ids, task_rollouts.completion_mask)
+    want = torch.autograd.grad(-(adv * logp * m).sum() / m.sum(), params, allow_unused=True)
+    pairs = [(g, w) for g, w in zip(grads, want) if w is not None]
+    assert pairs and any(w.abs().sum() > 0 for _, w in pairs)
+    assert all(torch.allclose(g, w, atol=1e-6, rtol=1e-4) for g, w in pairs)
+    again, _ = obj.loss(_ctx(policy, rollouts, run_dir=tmp_path))    # a later epoch: same samples
+    assert obj.tasks.batch[0] is task_rollouts and again.item() == pytest.approx(loss.item(), abs=1e-6)
+    rows = [json.loads(ln) for ln in (tmp_path / "recycled.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in rows] == ["compare", "compare", "fix", "fix"]
+    assert all(r["step"] == 3 and r["prompt"] for r in rows)
+    with pytest.raises(ValueError, match="form must be"):
+        Recycling(form="dpo")

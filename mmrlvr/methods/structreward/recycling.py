@@ -10,6 +10,11 @@ After scoring, each group holding both a correct and a wrong rollout of one prom
         choice). `pair_loss: nll` trains only the chosen side's NLL (the earlier behaviour);
     (b) self-correction instances: prompt + wrong attempt + a bridge ("Wait, let me check
         again.") as context, the correct rollout's tokens as the target.
+With `form: tasks` (tasks.py) the same groups become tasks the policy is asked to solve instead:
+a comparison (two attempts, "which is right? A or B", gold the right one's letter) and a
+self-correction ("this attempt has an error: find and fix it", gold the question's answer),
+sampled `task_group` times, scored by the verifier, trained by a clipped surrogate on GRPO
+advantages. `pairs` / `self_correction` switch the two kinds in either form.
 Inside a group, distinct correct and distinct wrong texts are paired one-to-one in rollout
 order. Instances are deduplicated by a hash of (kind, example id, context, target) within the
 step, taken round-robin over the groups up to `max_per_step`, and appended to
@@ -38,6 +43,7 @@ from pathlib import Path
 import torch
 
 from mmrlvr.core.types import Scores, select
+from mmrlvr.methods.structreward.tasks import TaskRL, build_tasks
 
 
 @dataclass
@@ -157,7 +163,13 @@ class Recycling:
 
     def __init__(self, max_per_step: int = 8, pairs: bool = True, self_correction: bool = True,
                  bridge: str = "Wait, let me check again.", correct_key: str = "accuracy",
-                 threshold: float = 0.5, pair_loss: str = "preference", beta: float = 0.1):
+                 threshold: float = 0.5, pair_loss: str = "preference", beta: float = 0.1,
+                 form: str = "supervised", task_group: int = 4, task_max_new_tokens: int = 64,
+                 task_temperature: float = 1.0):
+        if form not in ("supervised", "tasks"):
+            raise ValueError(f"recycling: form must be 'supervised' or 'tasks', got {form!r}")
+        self.form = form
+        self.tasks = TaskRL(task_group, task_max_new_tokens, task_temperature) if form == "tasks" else None
         if max_per_step < 1:
             raise ValueError(f"recycling: max_per_step must be >= 1, got {max_per_step}")
         if pair_loss not in ("preference", "nll"):
@@ -178,6 +190,8 @@ class Recycling:
         self._trimmed = False
 
     def loss(self, ctx) -> tuple[torch.Tensor | None, dict[str, float]]:
+        if self.tasks is not None:
+            return self._task_loss(ctx)
         rollouts, policy = ctx.rollouts, ctx.policy
         if self._step != ctx.step:     # ppo_epochs > 1 calls once per epoch: build and write once
             ids_of = [ex.id for ex in rollouts.prompts.examples]
@@ -209,6 +223,40 @@ class Recycling:
             loss = loss + nll
             stats["tokens"] = tokens
         return loss, stats
+
+    def _task_loss(self, ctx) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """`form: tasks` (tasks.py): comparison and self-correction tasks, sampled and scored
+        once per step, trained by their clipped surrogate every epoch."""
+        if _rank_and_world()[1] > 1:
+            raise ValueError("recycling form: tasks runs in one process only (its extra generate is "
+                             "not spread over ranks); use form: supervised under several processes")
+        if self._step != ctx.step:
+            o = self.options
+            tasks = build_tasks(ctx.rollouts.texts, ctx.scores, ctx.rollouts.group_size,
+                                list(ctx.rollouts.prompts.examples), ctx.step,
+                                compare=o["pairs"], fix=o["self_correction"],
+                                max_tasks=o["max_per_step"], correct_key=o["correct_key"],
+                                threshold=o["threshold"])
+            self._step, self._stats = ctx.step, self.tasks.sample(ctx.policy, tasks, ctx.step)
+            self._write_tasks(ctx, tasks)
+        return self.tasks.loss(ctx.policy), dict(self._stats)
+
+    def _write_tasks(self, ctx, tasks) -> None:
+        if ctx.run_dir is None:
+            return
+        path = Path(ctx.run_dir) / "recycled.jsonl"
+        if not self._trimmed:          # a resumed run redoes steps >= ctx.step
+            self._trimmed = True
+            if path.is_file():
+                kept = [ln for ln in path.read_text(encoding="utf-8").splitlines()
+                        if ln.strip() and json.loads(ln)["step"] < ctx.step]
+                path.write_text("".join(ln + "\n" for ln in kept), encoding="utf-8")
+        with path.open("a", encoding="utf-8") as fh:
+            for t in tasks:
+                fh.write(json.dumps({"step": ctx.step, "kind": t.kind, "group": t.group,
+                                     "example_id": t.example.id, "rows": list(t.rows),
+                                     "prompt": t.example.prompt, "answer": t.example.answer},
+                                    ensure_ascii=False) + "\n")
 
     def _nll(self, policy, rollouts, instances: list[Instance]) -> tuple[torch.Tensor, float]:
         full_ids, full_mask = rollouts.completion_ids, rollouts.completion_mask  # [B*G, C]

@@ -256,7 +256,7 @@ def test_http_llm_judge_retries_then_scores(judge_server):
          '"polarity": "negative"}], "verdicts": [[1,0,0,1],[1,1,0,1],[0,0,0,0],[0,1,1,0]]}\n```'),
         '{"weights": [2, 1, 1]}']
     reward = AudioRubricsReward(judge={"kind": "http", "url": judge_server, "model": "judge",
-                                       "timeout_s": 5, "retries": 1})
+                                       "timeout_s": 5, "retries": 1, "audio": False})
     reward.judge.backoff_s = 0.0
     scores = reward.score(_example(), GROUP)
     assert len(_Handler.seen) == 3 and _Handler.seen[0]["model"] == "judge"
@@ -269,11 +269,12 @@ def test_http_llm_judge_retries_then_scores(judge_server):
 
 def test_http_llm_judge_failure_falls_back(judge_server):
     _Handler.replies[:] = []                                             # only garbage
-    reward = AudioRubricsReward(judge={"kind": "http", "url": judge_server, "retries": 1})
+    reward = AudioRubricsReward(judge={"kind": "http", "url": judge_server, "retries": 1,
+                                       "audio": False})
     reward.judge.backoff_s = 0.0
     assert all(s["fallback"] == 1.0 for s in reward.score(_example(), GROUP))
     dead = AudioRubricsReward(judge={"kind": "http", "url": "http://127.0.0.1:9", "timeout_s": 0.5,
-                                     "retries": 0})
+                                     "retries": 0, "audio": False})
     assert dead.score(_example(), GROUP)[1]["fallback"] == 1.0
 
 

@@ -234,7 +234,7 @@ def test_tiny_local_hf_writer_generates_garbage_and_falls_back_counted(tiny_lm, 
     reward = AudioRubricsReward(max_proposals=0, log_path=str(tmp_path / "rubrics.jsonl"),
                                 writer={"kind": "hf", "model": str(tiny_lm), "device": "cpu",
                                         "max_new_tokens": 12, "timeout_s": 30, "retries": 0})
-    reply = reward.book.writer.complete([{"role": "user", "content": "Write rubrics."}])
+    reply = reward.book.writer.hearer.complete([{"role": "user", "content": "Write rubrics."}])
     assert isinstance(reply, str) and reply                             # the model ran
     scores = reward.score(_example(), GROUP)
     [row] = _log(tmp_path)
@@ -246,6 +246,11 @@ def test_tiny_local_hf_writer_generates_garbage_and_falls_back_counted(tiny_lm, 
 def test_writer_spec_errors_name_the_option():
     with pytest.raises(ValueError, match="writer kind http needs a 'url'"):
         AudioRubricsReward(writer={"kind": "http"})
-    with pytest.raises(ValueError, match="unknown audio_rubrics writer kind 'rule'"):
-        AudioRubricsReward(writer={"kind": "rule"})
+    with pytest.raises(ValueError, match="unknown audio_rubrics writer kind 'bogus'"):
+        AudioRubricsReward(writer={"kind": "bogus"})
+    with pytest.raises(ValueError, match="'no/such/dir' is not rules, policy or a model dir"):
+        AudioRubricsReward(writer="no/such/dir")
+    with pytest.raises(ValueError, match="policy is the model.path of the run's config.yaml"):
+        AudioRubricsReward(judge="policy")
+    assert AudioRubricsReward(writer={"kind": "rules"}).book is None      # the templated path
     assert isinstance(RubricBook.from_spec({"kind": "hf", "model": "x"}).writer, LLMWriter)

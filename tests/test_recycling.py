@@ -301,3 +301,61 @@ def test_tasks_form_trains_the_tasks_by_their_verified_advantages(policy, rollou
     assert all(r["step"] == 3 and r["prompt"] for r in rows)
     with pytest.raises(ValueError, match="form must be"):
         Recycling(form="dpo")
+
+
+# ----------------------------------------------------------------------------- reflection rewrite
+
+def test_a_rewrite_is_kept_only_with_the_gold_answer_a_reflection_and_a_change():
+    from mmrlvr.data import Example
+    from mmrlvr.methods.structreward.reflection import verdict
+
+    ex = Example(id="e", prompt="2 + 1?", answer="3")
+    src = "<think>2 + 1 = 3</think><answer>3</answer>"
+    good = "<think>2 + 1 = 4. Wait, that is wrong: 2 + 1 = 3.</think><answer>3</answer>"
+    assert verdict(good, src, ex) == "kept"
+    assert verdict(good.replace("<answer>3", "<answer>4"), src, ex) == "answer"
+    assert verdict("<think>2 + 1 = 3, so 3</think><answer>3</answer>", src, ex) == "no_reflection"
+    assert verdict(src.replace("</think>", " wait</think>") * 10, src, ex) == "too_long"
+    assert verdict("<think>hm</think>", src, ex) == "answer"
+
+
+def test_reflection_trains_kept_rewrites_every_k_steps(policy, rollouts, tmp_path, monkeypatch):
+    from mmrlvr.methods.structreward.reflection import Reflection
+
+    obj = Reflection(every=3, max_instances=4)
+    G = rollouts.group_size
+    sources = []
+
+    def rewrite(pol, examples, texts):
+        sources.extend(texts)
+        return [f"<think>Wait, a mistake, fixed.</think><answer>{examples[0].answer}</answer>",
+                "no answer here"][:len(texts)]
+    monkeypatch.setattr(obj, "rewrite", rewrite)
+    assert obj.loss(_ctx(policy, rollouts, step=4)) == (None, {})      # not a multiple of 3
+    loss, stats = obj.loss(_ctx(policy, rollouts, step=3, run_dir=tmp_path))
+    # groups 0 and 2 hold a correct rollout (FLAGS): their first correct rows are 0 and 9
+    assert sources == [rollouts.texts[0], rollouts.texts[9]]
+    assert (stats["rewritten"], stats["kept"], stats["malformed"]) == (2.0, 1.0, 1.0)
+    target = f"<think>Wait, a mistake, fixed.</think><answer>{rollouts.prompts.examples[0].answer}</answer>"
+    ids = policy.tokenizer(target, add_special_tokens=False)["input_ids"] + policy.eos_ids[:1]
+    inputs, _ = select(rollouts.prompts, [0])
+    logp, _ = policy.completion_logprobs(inputs, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))
+    assert stats["tokens"] == len(ids)
+    assert loss.item() == pytest.approx(-logp.sum().item() / len(ids), rel=1e-5)
+    rows = [json.loads(ln) for ln in (tmp_path / "reflections.jsonl").read_text().splitlines()]
+    assert [(r["row"], r["verdict"]) for r in rows] == [(0, "kept"), (9, "answer")]
+
+
+@pytest.mark.parametrize("rewriter", ["policy", "dir"])
+def test_a_real_rewriter_fails_closed_on_malformed_rewrites(policy, rollouts, tiny_vl, rewriter):
+    from mmrlvr.methods.structreward.reflection import Reflection
+
+    obj = Reflection(every=1, max_instances=2, max_new_tokens=6,
+                     rewriter="policy" if rewriter == "policy" else str(tiny_vl))
+    loss, stats = obj.loss(_ctx(policy, rollouts, step=2))
+    assert stats["rewritten"] == 2 and stats["kept"] + stats["malformed"] == 2
+    assert (loss is None) == (stats["kept"] == 0)     # random weights: nothing well formed
+    if rewriter == "dir":
+        assert obj._rewriter is not policy and not any(p.requires_grad for p in obj._rewriter.model.parameters())
+    with pytest.raises(FileNotFoundError, match="neither 'policy' nor a model dir"):
+        Reflection(rewriter="/nowhere").rewriter(policy)

@@ -1,0 +1,62 @@
+"""What NC-GRPO's noise does to a model, per α: `python -m mmrlvr.methods.ncgrpo.measure`.
+
+For each α (and for `image_noise` σ with --sigmas) it samples one call of G members per prompt
+through the HF engine and prints the call's `ncgrpo/*` figures (first-step KL(noisy ‖ clean) at
+the temperature, the clean entropy, their ratio), then greedy answers: the same call with
+`top_k 1` (every member greedy, noise still on), reporting the share of noisy members whose
+greedy answer differs from their group's clean greedy answer. The figures in docs/ncgrpo.md
+came from it. Weights are never updated.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+
+def main(argv: list[str] | None = None) -> None:
+    import modalities
+    from mmrlvr.config import DataConfig, ModelConfig
+    from mmrlvr.data import load_split
+    from mmrlvr.rollout import SamplingParams, make_engine
+    from mmrlvr.rollout.diversity import final_answers
+    from mmrlvr.train.policy import Policy
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--data", required=True, help="JSONL rows (the first --prompts are used)")
+    ap.add_argument("--modality", default="vision")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--tokens", type=int, default=32, help="greedy answer length")
+    ap.add_argument("--alphas", default="0,0.1,0.3,1,3")
+    ap.add_argument("--sigmas", default="", help="image_noise σ values (vision prompts)")
+    ap.add_argument("--format-prompt", default=None)
+    args = ap.parse_args(argv)
+
+    torch.manual_seed(0)
+    policy = Policy.load(ModelConfig(path=args.model), modalities.get(args.modality), torch.device("cpu"))
+    rows = list(load_split(DataConfig(train=args.data), "train"))[: args.prompts]
+    batch = policy.adapter.encode(rows, policy.processor, format_prompt=args.format_prompt)
+    arms = [{"kind": "latent_noise", "alpha": float(a)} for a in args.alphas.split(",") if a] + \
+           [{"kind": "image_noise", "sigma": float(s)} for s in args.sigmas.split(",") if s]
+    for arm in arms:
+        engine = make_engine("hf", policy, arm)
+        torch.manual_seed(1)
+        figures = engine.generate(batch, SamplingParams(n=args.group, max_new_tokens=1,
+                                                        temperature=args.temperature)).stats
+        torch.manual_seed(1)
+        greedy = engine.generate(batch, SamplingParams(n=args.group, max_new_tokens=args.tokens,
+                                                       temperature=1.0, top_k=1))
+        answers, G = final_answers(greedy), args.group
+        changed = [answers[r] != answers[r - r % G] for r in range(len(answers))
+                   if greedy.branch[r] == "noisy"]
+        out = {k: round(float(v), 6) for k, v in figures.items() if k.startswith("ncgrpo/")}
+        out["greedy_answer_changed_frac"] = round(sum(changed) / max(len(changed), 1), 4)
+        print(json.dumps({**arm, **out}))
+
+
+if __name__ == "__main__":
+    main()

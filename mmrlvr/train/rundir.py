@@ -30,7 +30,7 @@ from mmrlvr.train.writes import append_line
 LOCK = ".lock"
 RUN_FILES = ("metrics.jsonl", "summary.json", "report.md", "reward_errors.jsonl",
              "reward_errors.rank*.jsonl", "skipped_rows.jsonl", "recycled.jsonl", "rubrics.jsonl",
-             "config.yaml", "forced_resumes.jsonl")
+             "rubric_cache.jsonl", "config.yaml", "forced_resumes.jsonl")
 """A run's own files (glob patterns): what `--overwrite` removes."""
 RUN_DIRS = ("checkpoints", "final", ".tmp-final", "tb", "plots", "eval", "wandb", "mlruns")
 FORCED = "forced_resumes.jsonl"

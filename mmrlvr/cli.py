@@ -99,6 +99,7 @@ def cmd_tiny(args: argparse.Namespace) -> int:
         from mmrlvr.data import load_jsonl
         for ex in load_jsonl(path):
             extra.append(f"{ex.prompt} <think>{ex.reasoning or ''}</think><answer>{ex.answer}</answer>")
+            extra += [t["text"] for t in (ex.meta or {}).get("trajectory", [])]   # zoom: tool calls
     out = build_tiny(args.kind, args.out, hidden_size=args.hidden_size, num_layers=args.layers,
                      vocab_target=args.vocab, extra_corpus=extra or None, seed=args.seed,
                      audio_window=args.audio_window, vision_depth=args.vision_depth,

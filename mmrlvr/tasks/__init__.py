@@ -44,5 +44,6 @@ TASKS.register("tones", "mmrlvr.tasks.tones:TASK")
 TASKS.register("banners", "mmrlvr.tasks.banners:TASK")
 TASKS.register("motion", "mmrlvr.tasks.motion:TASK")
 TASKS.register("arith", "mmrlvr.tasks.arith:TASK")
+TASKS.register("zoom", "mmrlvr.tasks.zoom:TASK")      # multi-turn tools (docs/tools.md)
 
 __all__ = ["TASKS", "Task", "TaskOptions"]

@@ -36,6 +36,8 @@ from mmrlvr.train.lengths import prompt_budget
 from mmrlvr.train.setup import (claim_run_dir, load_eval_sets, load_policy, seed_everything,
                                 start_processes, warmup_cosine)
 from mmrlvr.train.trainer import train
+from mmrlvr.train.sft_tools import gold_turns, tool_runner, trajectory_targets
+from mmrlvr.rollout.multiturn import with_tools
 from mmrlvr.train.update import clip_grad_norm, sync_grads
 from mmrlvr.core.types import ModalityAdapter, select
 from rewards import build_combined
@@ -140,12 +142,13 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
     data = load_split(cfg.data, "train", report, budget)
     if d.main:
         report.write(out_dir)                  # skipped_rows.jsonl: file, row, id, reason
+    runner = tool_runner(cfg.rollout)      # rollout.tools: the rows' gold trajectories (sft_tools)
     for i in range(0, len(data), max(1, len(data) // 256)):   # every row of a loaded split;
-        sft_target(data[i])                # 256 spread over a lazy one (the rest when drawn)
+        sft_target(data[i]) if runner is None else gold_turns(data[i])   # 256 of a lazy one
     eval_data = (load_eval_sets(cfg.data, budget) or [("eval", [])])[0][1]  # SFT: the first set
     policy = load_policy(cfg, d, init=cfg.sft.init or None)
     adapter = policy.adapter
-    engine = make_engine("hf", policy)
+    engine = with_tools(make_engine("hf", policy), policy, cfg.rollout)   # eval calls the tools
     opt = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.sft.lr,
                             weight_decay=cfg.optim.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -184,8 +187,13 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
         share = batch[d.rank * len(batch) // d.world:(d.rank + 1) * len(batch) // d.world]
         prompts = adapter.encode(share, policy.processor, system_prompt=cfg.data.system_prompt,
                                  format_prompt=cfg.data.format_prompt)
-        ids, mask = encode_targets(policy.tokenizer, [sft_target(ex) for ex in share], eos, policy.pad_id)
-        total_tokens = d.all_sum(float(mask.sum()))
+        if runner is None:
+            ids, mask = encode_targets(policy.tokenizer, [sft_target(ex) for ex in share], eos,
+                                       policy.pad_id)
+            train_mask = mask
+        else:                  # tool turns attend but get no loss (train_mask 0 there)
+            prompts, ids, mask, train_mask = trajectory_targets(policy, share, prompts, runner)
+        total_tokens = d.all_sum(float(train_mask.sum()))
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
         mb = cfg.train.micro_batch
@@ -195,7 +203,7 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
             with sync_grads(d, policy, start == starts[-1]):
                 inputs, _ = select(prompts, rows)
                 logp, _ = policy.completion_logprobs(inputs, ids[rows], mask[rows])
-                m = mask[rows].to(logp.device).float()
+                m = train_mask[rows].to(logp.device).float()
                 loss = -(logp * m).sum() / total_tokens                         # token-mean NLL
                 (loss * d.world).backward()      # DDP/FSDP2 average over ranks: sum instead
             loss_sum += float(loss.detach())

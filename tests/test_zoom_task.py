@@ -1,5 +1,5 @@
-"""The zoom task (mmrlvr/tasks/zoom.py) and SFT on gold tool trajectories (mmrlvr/train/sft_tools.py):
-the shapes are below one patch where the prompt shows them and whole in the zoom's crop, the gold
+"""The zoom task (mmrlvr/tasks/zoom.py) and SFT on gold tool trajectories
+(mmrlvr/train/sft_tools.py): the shapes are below one patch where the prompt shows them and whole in the zoom's crop, the gold
 trajectory's call parses and its crop holds the answer, SFT on trajectories trains the policy's
 tokens only (the tool turn is masked), and after that warm start GRPO with the tool runs with
 calls the policy wrote itself (nothing scripted)."""
@@ -122,6 +122,26 @@ def test_the_gold_call_parses_and_its_crop_shows_the_answer(zoom_dir):
     assert families == {"count", "color"}
 
 
+def test_the_vision_rows_label_each_box_and_the_crop(zoom_dir):
+    from PIL import Image
+
+    from mmrlvr.data.loading import load_jsonl
+
+    vision = {ex.id: ex for ex in load_jsonl(zoom_dir / "vision.jsonl")}
+    for ex in rows(zoom_dir):
+        box = ex.meta["box"]
+        index = (box["y"] // box["h"]) * BOXES + box["x"] // box["w"]
+        whole = vision[f"{ex.id}-image"].meta["vision_labels"]
+        crop = vision[f"{ex.id}-box"]
+        n = len(ex.meta["evidence"])
+        assert whole[f"n{index:02d}"] == crop.meta["vision_labels"]["crop_n"] == str(n)
+        assert sum(int(whole[f"n{i:02d}"]) for i in range(BOXES * BOXES)) == len(ex.meta["shapes"])
+        if ex.meta["family"] == "color":
+            assert crop.meta["vision_labels"]["crop_c"] == whole[f"c{index:02d}"] == ex.answer
+        with Image.open(crop.images[0]) as im:
+            assert im.size == (box["w"], box["h"])
+
+
 def test_the_task_is_registered_and_repeatable(tmp_path):
     from mmrlvr.tasks import TASKS, TaskOptions
 
@@ -129,7 +149,8 @@ def test_the_task_is_registered_and_repeatable(tmp_path):
     a = task.make(tmp_path / "a", TaskOptions(n_train=4, n_test=2, seed=1, image_size=VIEW))
     task.make(tmp_path / "b", TaskOptions(n_train=4, n_test=2, seed=1, image_size=VIEW))
     assert a["image_side"] == VIEW * ZOOM_FACTOR
-    for name in ("train.jsonl", "test.jsonl", "images/train-000003.png"):
+    for name in ("train.jsonl", "test.jsonl", "vision.jsonl", "images/train-000003.png",
+                 "images/test-000001-box.png"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     with pytest.raises(ValueError, match="multiple of 28"):
         make_zoom(tmp_path / "c", n_train=1, n_test=1, view=60)

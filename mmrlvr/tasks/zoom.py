@@ -20,6 +20,7 @@ trajectory (`meta.trajectory`: the zoom call of the named box, then the answer),
 `mmrlvr sft` trains on when the config has `rollout.tools` (`mmrlvr.train.sft_tools`), and the
 evidence the crop must show (`meta.evidence`: the box's shapes, in crop pixels). Answers are
 dealt evenly over their cells, as in `shapes`; the same arguments give byte-identical files.
+`vision.jsonl` / `vision_test.jsonl` are rows for `mmrlvr pretrain-vision` (`vision_rows`).
 """
 from __future__ import annotations
 
@@ -138,6 +139,38 @@ def make_example(family: str, rng: random.Random, path: Path, view: int, pick: i
                    images=[str(path)], reasoning=scene["reasoning"], meta=meta)
 
 
+def vision_rows(examples: list[Example], out_dir: Path) -> list[Example]:
+    """Rows for `mmrlvr pretrain-vision` (a real VLM's tower arrives able to see; a tiny random
+    one does not): each image with the count and lone colour of each of its 16 boxes (what the
+    prompt's view would need), and each question's box cropped as zoom cuts it (saved as
+    `images/ID-box.png`) with its count and lone colour (what the zoom shows)."""
+    out = []
+    for ex in examples:
+        size, meta = ex.meta["image_side"], ex.meta
+        side = size // BOXES
+        labels = {}
+        for i in range(BOXES * BOXES):
+            box = box_of(i, size)
+            inside = [s for s in meta["shapes"] if box["x"] <= s["x"] < box["x"] + side
+                      and box["y"] <= s["y"] < box["y"] + side]
+            labels[f"n{i:02d}"] = str(len(inside))
+            labels[f"c{i:02d}"] = inside[0]["color"] if len(inside) == 1 else ""
+        out.append(Example(id=f"{ex.id}-image", prompt="(vision)", answer="-",
+                           images=list(ex.images),
+                           meta={"vision_labels": labels}))
+        box = meta["box"]
+        with Image.open(ex.images[0]) as im:
+            crop = im.convert("RGB").crop((box["x"], box["y"], box["x"] + box["w"],
+                                           box["y"] + box["h"]))
+        path = out_dir / "images" / f"{ex.id}-box.png"
+        crop.save(path, format="PNG")
+        ev = meta["evidence"]
+        out.append(Example(id=f"{ex.id}-box", prompt="(vision)", answer="-", images=[str(path)],
+                           meta={"vision_labels": {"crop_n": str(len(ev)), "crop_c":
+                                                   ev[0]["color"] if len(ev) == 1 else ""}}))
+    return out
+
+
 def _split(out_dir: Path, split: str, n: int, rng: random.Random, families: list[str],
            view: int) -> tuple[list[Example], dict[str, int]]:
     cells = {"count": len(COUNTS), "color": len(COLOR_NAMES)}
@@ -173,10 +206,13 @@ def make_zoom(out_dir: str | Path, *, n_train: int = 2000, n_test: int = 200, se
                                families, view)
     write_jsonl(train, out_dir / "train.jsonl")
     write_jsonl(test, out_dir / "test.jsonl")
+    write_jsonl(vision_rows(train, out_dir), out_dir / "vision.jsonl")
+    write_jsonl(vision_rows(test, out_dir), out_dir / "vision_test.jsonl")
     info = {"task": "zoom", "seed": seed, "view_side": view, "image_side": stored_side(view),
             "zoom_factor": ZOOM_FACTOR, "families": families, "n_train": n_train,
             "n_test": n_test, "counts": {"train": train_counts, "test": test_counts},
-            "files": {"train": "train.jsonl", "test": "test.jsonl", "images": "images"}}
+            "files": {"train": "train.jsonl", "test": "test.jsonl", "images": "images",
+                      "vision": "vision.jsonl", "vision_test": "vision_test.jsonl"}}
     (out_dir / "info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info
 

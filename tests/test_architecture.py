@@ -11,7 +11,7 @@ Layers, bottom up:
     3  mmrlvr.train, mmrlvr.rollout, mmrlvr.algo, mmrlvr.objectives  the training core
     4  mmrlvr.methods (a folder per method)                          the research methods
     5  mmrlvr.stress, mmrlvr.tiny, mmrlvr.tasks, mmrlvr.translate, mmrlvr.compare   tools
-    6  mmrlvr.cli, mmrlvr.api*, apps                               entry points (the package root
+    6  mmrlvr.cli*, mmrlvr.api*, apps                              entry points (the package root
        re-exports the Python API lazily: FACADE)
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ LAYERS = {
     "mmrlvr.methods": 4,
     "mmrlvr.stress": 5, "mmrlvr.tiny": 5, "mmrlvr.tasks": 5, "mmrlvr.translate": 5,
     "mmrlvr.compare": 5, "mmrlvr.audit": 5,
-    "mmrlvr.cli": 6, "mmrlvr.api": 6, "mmrlvr.api_data": 6, "mmrlvr.api_rewards": 6,
-    "mmrlvr.api_eval": 6, "apps": 6,
+    "mmrlvr.cli": 6, "mmrlvr.cli_args": 6, "mmrlvr.api": 6, "mmrlvr.api_data": 6,
+    "mmrlvr.api_rewards": 6, "mmrlvr.api_eval": 6, "apps": 6,
 }
 FACADE = ("mmrlvr", "mmrlvr.api")
 """The one upward import allowed: the package root re-exports the Python API (`from mmrlvr import

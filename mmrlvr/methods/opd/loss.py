@@ -114,21 +114,11 @@ class OPDLoss:
         attention implementation; its vocabulary must be the policy's."""
         if self.model is not None:
             return self.model
-        from mmrlvr.train.policy import load_model, load_processor
+        from mmrlvr.train.teacher import load_teacher
 
-        processor = load_processor(self.teacher)
-        tokenizer = getattr(processor, "tokenizer", processor)
-        theirs, ours = tokenizer.get_vocab(), policy.tokenizer.get_vocab()
-        if theirs != ours:
-            differ = sorted(set(theirs.items()) ^ set(ours.items()), key=lambda kv: kv[1])[:3]
-            raise ValueError(f"opd teacher {self.teacher} (opd.teacher): its tokenizer differs "
-                             f"from the policy's ({len(theirs)} vs {len(ours)} tokens; e.g. "
-                             f"{differ}); the reverse KL compares log-probabilities of the same "
-                             "token ids, so the teacher needs the student's tokenizer")
-        model = load_model(self.teacher, policy.compute_dtype, policy.attn_implementation)
-        model.to(policy.device).eval().requires_grad_(False)
-        self.model = model
-        return model
+        self.model = load_teacher(self.teacher, policy, "opd teacher (opd.teacher)",
+                                  "the reverse KL")
+        return self.model
 
 
 __all__ = ["OPDLoss", "full_reverse_kl", "sampled_reverse_kl"]

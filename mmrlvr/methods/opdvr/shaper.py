@@ -152,21 +152,11 @@ class OPDVR:
         device, the policy's attention implementation; its vocabulary must be the policy's."""
         if self.model is not None:
             return self.model
-        from mmrlvr.train.policy import load_model, load_processor
+        from mmrlvr.train.teacher import load_teacher
 
-        processor = load_processor(self.teacher)
-        tokenizer = getattr(processor, "tokenizer", processor)
-        theirs, ours = tokenizer.get_vocab(), policy.tokenizer.get_vocab()
-        if theirs != ours:
-            differ = sorted(set(theirs.items()) ^ set(ours.items()), key=lambda kv: kv[1])[:3]
-            raise ValueError(f"opdvr teacher {self.teacher} (algo.shaping[opdvr].teacher): its "
-                             f"tokenizer differs from the policy's ({len(theirs)} vs {len(ours)} "
-                             f"tokens; e.g. {differ}); OPDVR compares log-probabilities of the same "
-                             "token ids, so the teacher needs the same tokenizer")
-        model = load_model(self.teacher, policy.compute_dtype, policy.attn_implementation)
-        model.to(policy.device).eval().requires_grad_(False)
-        self.model = model
-        return model
+        self.model = load_teacher(self.teacher, policy,
+                                  "opdvr teacher (algo.shaping[opdvr].teacher)", "OPDVR")
+        return self.model
 
 
 __all__ = ["OPDVR", "gated_gap"]

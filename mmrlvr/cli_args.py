@@ -132,7 +132,8 @@ def add_data(sub: Any, fn: Callable) -> None:
 
     d.add_argument("task", choices=TASKS.names(),
                    help="shapes, medvqa (vision), tones (audio), banners (image translation), "
-                        "motion (video; --image-size 56 for CPU-sized clips)")
+                        "motion (video; --image-size 56 for CPU-sized clips), zoom (vision, "
+                        "multi-turn tools; --image-size is the prompt's side, 56 on CPU)")
     d.add_argument("--out", required=True, help="output dir (train.jsonl, test.jsonl, images/)")
     d.add_argument("--n-train", type=int, default=2000)
     d.add_argument("--n-test", type=int, default=200)

@@ -7,7 +7,7 @@
 # bench/zoom_plot.py draws the before/after figure.
 #
 #   bash bench/zoom_compare.sh [--seeds "0 1 2"] [--sft-steps 120] [--steps 20] [--out runs/zcmp]
-#        [--init runs/tiny-zoom-vision]
+#        [--init runs/tiny-zoom-vision] [--png docs/img/zoom_tools.png]
 #
 # Needs runs/zoom and runs/tiny-zoom (the commands in configs/zoom_tools_cpu.yaml's header). Both
 # arms start from --init: by default the tiny model with its vision tower pretrained first
@@ -18,10 +18,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS="0 1 2"; SFT_STEPS=120; STEPS=20; OUT=runs/zcmp; EVAL=200; INIT=runs/tiny-zoom-vision
+PNG=docs/img/zoom_tools.png
 while [[ $# -gt 0 ]]; do
   case $1 in
     --seeds) SEEDS=$2; shift 2;; --sft-steps) SFT_STEPS=$2; shift 2;; --steps) STEPS=$2; shift 2;;
     --out) OUT=$2; shift 2;; --eval) EVAL=$2; shift 2;; --init) INIT=$2; shift 2;;
+    --png) PNG=$2; shift 2;;
     *) echo "unknown option $1 (see the header of $0)" >&2; exit 2;;
   esac
 done
@@ -61,4 +63,4 @@ for arm in plain tools; do
   ARGS+=(--arm "$arm=$(IFS=,; echo "${runs[*]}")")
 done
 $MM compare "${ARGS[@]}" --json "$OUT/compare.json" | tee "$OUT/compare.md"
-.venv/bin/python bench/zoom_plot.py "$OUT" --seeds "$SEEDS" --png docs/img/zoom_tools.png
+.venv/bin/python bench/zoom_plot.py "$OUT" --seeds "$SEEDS" --png "$PNG"

@@ -46,10 +46,11 @@ def main() -> None:
                 labels.append(f"{name}\n{label}")
                 x += 1
             x += 0.5
+        ax.axhline(25, ls="--", lw=0.8, color="gray")           # chance: 4 answers a family
         ax.set_xticks(ticks, labels, fontsize=7)
         ax.set_title(f"{title} (held-out, {len(seeds)} seeds)", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylabel("greedy accuracy (%)")
+    axes[0].set_ylabel("greedy accuracy (%), dashed: chance")
     fig.tight_layout()
     Path(args.png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.png, dpi=110)

@@ -217,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_audit_verifier(sub)
     from mmrlvr.methods.opd.cli import add_parser as add_opd
     add_opd(sub)
+    from mmrlvr.cli_check import add_parser as add_check_method
+    add_check_method(sub)
     return p
 
 

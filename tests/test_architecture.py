@@ -29,7 +29,7 @@ LAYERS = {
     "mmrlvr.methods": 4,
     "mmrlvr.stress": 5, "mmrlvr.tiny": 5, "mmrlvr.tasks": 5, "mmrlvr.translate": 5,
     "mmrlvr.compare": 5, "mmrlvr.audit": 5,
-    "mmrlvr.cli": 6, "mmrlvr.cli_args": 6, "mmrlvr.api": 6, "mmrlvr.api_data": 6,
+    "mmrlvr.cli": 6, "mmrlvr.cli_args": 6, "mmrlvr.cli_check": 6, "mmrlvr.api": 6, "mmrlvr.api_data": 6,
     "mmrlvr.api_rewards": 6, "mmrlvr.api_eval": 6, "apps": 6,
 }
 FACADE = ("mmrlvr", "mmrlvr.api")

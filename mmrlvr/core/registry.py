@@ -85,3 +85,8 @@ class Registry:
         if name not in self._entries:
             discover()
         return name in self._entries
+
+
+METHOD_CHECKS = Registry("method check")
+"""Mechanism checks by method name (`mmrlvr check-method NAME`): `check(ctx: CheckContext) ->
+CheckResult` (`mmrlvr.core.method_check`); each method folder registers its own."""

@@ -10,12 +10,14 @@ last_layer_input, noise: independent}`; off (`kind: none`, the default) is plain
 bit. It plugs into the core's rollout-branching hook (`mmrlvr.rollout.base.BRANCHINGS`):
 `plugin.py` (the plug-in), `branching.py` (config, plan, the HF prefill hook, `branch/*`
 metrics), `vllm_noise.py` (the hooks inside vLLM's model runner), `probe.py` (what the noise did:
-`ncgrpo/*`), `auto.py` (`alpha: auto`), `image_noise.py` (`kind: image_noise`, the pixel-space
+`ncgrpo/*`), `auto.py` (`alpha: auto`), `check.py` (`mmrlvr check-method ncgrpo`), `image_noise.py` (`kind: image_noise`, the pixel-space
 baseline).
 """
 from __future__ import annotations
 
+from mmrlvr.core.registry import METHOD_CHECKS
 from mmrlvr.rollout.base import BRANCHINGS
 
 BRANCHINGS.register("latent_noise", "mmrlvr.methods.ncgrpo.plugin:LatentNoise")
 BRANCHINGS.register("image_noise", "mmrlvr.methods.ncgrpo.plugin:ImageNoise")
+METHOD_CHECKS.register("ncgrpo", "mmrlvr.methods.ncgrpo.check:check")

@@ -19,8 +19,6 @@ def main(argv: list[str] | None = None) -> None:
     import modalities
     from mmrlvr.config import DataConfig, ModelConfig
     from mmrlvr.data import load_split
-    from mmrlvr.rollout import SamplingParams, make_engine
-    from mmrlvr.rollout.diversity import final_answers
     from mmrlvr.train.policy import Policy
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -43,19 +41,31 @@ def main(argv: list[str] | None = None) -> None:
     arms = [{"kind": "latent_noise", "alpha": float(a)} for a in args.alphas.split(",") if a] + \
            [{"kind": "image_noise", "sigma": float(s)} for s in args.sigmas.split(",") if s]
     for arm in arms:
-        engine = make_engine("hf", policy, arm)
-        torch.manual_seed(1)
-        figures = engine.generate(batch, SamplingParams(n=args.group, max_new_tokens=1,
-                                                        temperature=args.temperature)).stats
-        torch.manual_seed(1)
-        greedy = engine.generate(batch, SamplingParams(n=args.group, max_new_tokens=args.tokens,
-                                                       temperature=1.0, top_k=1))
-        answers, G = final_answers(greedy), args.group
-        changed = [answers[r] != answers[r - r % G] for r in range(len(answers))
-                   if greedy.branch[r] == "noisy"]
-        out = {k: round(float(v), 6) for k, v in figures.items() if k.startswith("ncgrpo/")}
-        out["greedy_answer_changed_frac"] = round(sum(changed) / max(len(changed), 1), 4)
-        print(json.dumps({**arm, **out}))
+        print(json.dumps({**arm, **measure_arm(policy, batch, arm, args.group, args.temperature,
+                                               args.tokens)}))
+
+
+def measure_arm(policy, batch, arm: dict, group: int = 8, temperature: float = 1.0,
+                tokens: int = 32) -> dict[str, float]:
+    """One arm's figures on `batch`: the `ncgrpo/*` figures of one sampled first step of G
+    members per prompt, and `greedy_answer_changed_frac` (module docstring). Seeds 1 for each."""
+    from mmrlvr.rollout import SamplingParams, make_engine
+    from mmrlvr.rollout.diversity import final_answers
+
+    engine = make_engine("hf", policy, arm)
+    torch.manual_seed(1)
+    figures = engine.generate(batch, SamplingParams(n=group, max_new_tokens=1,
+                                                    temperature=temperature)).stats
+    torch.manual_seed(1)
+    greedy = engine.generate(batch, SamplingParams(n=group, max_new_tokens=tokens,
+                                                   temperature=1.0, top_k=1))
+    answers = final_answers(greedy)
+    changed = [answers[r] != answers[r - r % group] for r in range(len(answers))
+               if greedy.branch[r] == "noisy"]
+    out = {k: round(float(v), 6) for k, v in figures.items() if k.startswith("ncgrpo/")}
+    out["greedy_answer_changed_frac"] = round(sum(changed) / max(len(changed), 1), 4)
+    out["noisy_members"] = float(len(changed))
+    return out
 
 
 if __name__ == "__main__":

@@ -1,0 +1,98 @@
+"""`mmrlvr check-method NAME --model DIR --data FILE`: is a method's mechanism active on this
+starting model and data (`mmrlvr.core.method_check`; docs/evidence.md, "Mechanism checks")?
+
+The check is found by name in `METHOD_CHECKS` (each method folder registers its own); it prints
+the verdict, why, and its figures, and with `--json FILE` writes them with the inputs. The exit
+status is 0 for either verdict (a script reads `verdict` from the JSON), 2 for an error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+EPILOG = """examples:
+  mmrlvr check-method ncgrpo --model runs/quickstart-sft/final --data data/shapes/train.jsonl
+  mmrlvr check-method ncgrpo --model M --data D --option alpha=0.3 --json runs/checks/ncgrpo.json
+  mmrlvr check-method structreward --data data/shapes/train.jsonl      # data only: no model
+  mmrlvr check-method om_grpo --model M --data D --rows 64 --group 8
+"""
+
+
+def parse_options(pairs: list[str]) -> dict:
+    """`key=value` pairs, each value read as a YAML scalar (`alpha=0.3` -> 0.3)."""
+    import yaml
+
+    from mmrlvr.config import ConfigError
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--option {pair!r}: write it as key=value, e.g. alpha=0.3")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def cmd_check_method(args: argparse.Namespace) -> int:
+    import torch
+
+    from mmrlvr.config import DataConfig
+    from mmrlvr.core.method_check import CheckContext, CheckOptions
+    from mmrlvr.core.registry import METHOD_CHECKS
+    from mmrlvr.data import load_split
+
+    check = METHOD_CHECKS.get(args.name)            # unknown: "did you mean", before any load
+    options = CheckOptions(rows=args.rows, group=args.group, max_new_tokens=args.max_new_tokens,
+                           temperature=args.temperature, format_prompt=args.format_prompt,
+                           seed=args.seed, method=parse_options(args.option or []))
+    examples = load_split(DataConfig(train=args.data), "train")
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+
+    def load_policy():
+        import modalities
+        from mmrlvr.config import ModelConfig
+        from mmrlvr.train.policy import Policy
+
+        torch.manual_seed(args.seed)
+        return Policy.load(ModelConfig(path=args.model), modalities.get(args.modality),
+                           torch.device(device))
+
+    result = check(CheckContext(examples, options, load_policy if args.model else None))
+    print(f"{result.method}: {result.verdict} ({result.why})")
+    width = max((len(k) for k in result.figures), default=0)
+    for key, value in result.figures.items():
+        print(f"  {key:<{width}}  {value:g}")
+    if args.json:
+        out = {**result.to_dict(), "inputs": {"model": args.model, "data": args.data,
+                                             "modality": args.modality, **asdict(options)}}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("check-method", help="is a method's mechanism active on this starting "
+                       "model and data (before any comparison)", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Measure what a method changes (NC-GRPO: noisy-vs-clean KL and "
+                       "changed answers; StructReward: reference-step self-agreement; OM-GRPO: "
+                       "majority-vote accuracy) and say active or inactive, and why.")
+    c.add_argument("name", help="method name (an unknown one lists the known checks)")
+    c.add_argument("--model", help="starting model dir (checks that sample need it)")
+    c.add_argument("--data", required=True, help="JSONL file (or layout:file.parquet) of the rows")
+    c.add_argument("--modality", default="vision", help="adapter name [vision]")
+    c.add_argument("--rows", type=int, default=0, help="read the first N rows (0: the check's default)")
+    c.add_argument("--group", type=int, default=8, help="completions per question [8]")
+    c.add_argument("--max-new-tokens", type=int, default=64, help="tokens per completion [64]")
+    c.add_argument("--temperature", type=float, default=1.0)
+    c.add_argument("--format-prompt", default="")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    c.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="the method's own setting, e.g. alpha=0.3 for ncgrpo (repeatable)")
+    c.add_argument("--json", metavar="FILE", help="write the verdict, figures and inputs here")
+    c.set_defaults(fn=cmd_check_method)

@@ -18,6 +18,7 @@ EPILOG = """examples:
   mmrlvr check-method ncgrpo --model M --data D --option alpha=0.3 --json runs/checks/ncgrpo.json
   mmrlvr check-method structreward --data data/shapes/train.jsonl      # data only: no model
   mmrlvr check-method om_grpo --model M --data D --rows 64 --group 8
+  mmrlvr check-method ncgrpo --config configs/shapes_ncgrpo_cpu.yaml   # the run's model, data, noise
 """
 
 
@@ -36,37 +37,64 @@ def parse_options(pairs: list[str]) -> dict:
     return out
 
 
+def resolve(args: argparse.Namespace):
+    """(run config or None, ModelConfig or None, data spec, CheckOptions): the flags, else the
+    `--config` file's values, else the defaults."""
+    from dataclasses import replace
+
+    from mmrlvr.config import ConfigError, ModelConfig, load_config
+    from mmrlvr.core.method_check import CheckOptions
+
+    cfg = load_config(args.config) if args.config else None
+
+    def pick(flag, from_cfg, default):
+        return flag if flag is not None else from_cfg if cfg is not None else default
+
+    model = cfg.model if cfg is not None else ModelConfig()
+    model = replace(model, path=args.model) if args.model else model
+    data = args.data or (cfg.data.train if cfg is not None else None)
+    if not data:
+        raise ConfigError("check-method: give the rows with --data FILE (or a --config whose "
+                          "data.train names them)")
+    options = CheckOptions(
+        rows=args.rows,
+        group=pick(args.group, cfg and cfg.rollout.group_size, 8),
+        max_new_tokens=pick(args.max_new_tokens, cfg and cfg.rollout.max_new_tokens, 64),
+        temperature=pick(args.temperature, cfg and cfg.rollout.temperature, 1.0),
+        system_prompt=pick(args.system_prompt, cfg and cfg.data.system_prompt, ""),
+        format_prompt=pick(args.format_prompt, cfg and cfg.data.format_prompt, ""),
+        seed=args.seed, method=parse_options(args.option or []))
+    return cfg, (model if model.path else None), data, options
+
+
 def cmd_check_method(args: argparse.Namespace) -> int:
     import torch
 
     from mmrlvr.config import DataConfig
-    from mmrlvr.core.method_check import CheckContext, CheckOptions
+    from mmrlvr.core.method_check import CheckContext
     from mmrlvr.core.registry import METHOD_CHECKS
     from mmrlvr.data import load_split
 
     check = METHOD_CHECKS.get(args.name)            # unknown: "did you mean", before any load
-    options = CheckOptions(rows=args.rows, group=args.group, max_new_tokens=args.max_new_tokens,
-                           temperature=args.temperature, format_prompt=args.format_prompt,
-                           seed=args.seed, method=parse_options(args.option or []))
-    examples = load_split(DataConfig(train=args.data), "train")
+    cfg, model, data, options = resolve(args)
+    examples = load_split(DataConfig(train=data), "train")
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
 
     def load_policy():
         import modalities
-        from mmrlvr.config import ModelConfig
         from mmrlvr.train.policy import Policy
 
         torch.manual_seed(args.seed)
-        return Policy.load(ModelConfig(path=args.model), modalities.get(args.modality),
-                           torch.device(device))
+        return Policy.load(model, modalities.get(args.modality), torch.device(device))
 
-    result = check(CheckContext(examples, options, load_policy if args.model else None))
+    result = check(CheckContext(examples, options, load_policy if model else None, cfg))
     print(f"{result.method}: {result.verdict} ({result.why})")
     width = max((len(k) for k in result.figures), default=0)
     for key, value in result.figures.items():
         print(f"  {key:<{width}}  {value:g}")
     if args.json:
-        out = {**result.to_dict(), "inputs": {"model": args.model, "data": args.data,
+        out = {**result.to_dict(), "inputs": {"model": model.path if model else None,
+                                             "data": data, "config": args.config,
                                              "modality": args.modality, **asdict(options)}}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
@@ -82,14 +110,19 @@ def add_parser(sub) -> None:
                        "changed answers; StructReward: reference-step self-agreement; OM-GRPO: "
                        "majority-vote accuracy) and say active or inactive, and why.")
     c.add_argument("name", help="method name (an unknown one lists the known checks)")
+    c.add_argument("--config", metavar="CONFIG.yaml",
+                   help="take the model (path, pixels), data.train, prompts, rollout group size, "
+                        "temperature, max tokens and rollout.branching from this run config; the "
+                        "flags below override it")
     c.add_argument("--model", help="starting model dir (checks that sample need it)")
-    c.add_argument("--data", required=True, help="JSONL file (or layout:file.parquet) of the rows")
+    c.add_argument("--data", help="JSONL file (or layout:file.parquet) of the rows")
     c.add_argument("--modality", default="vision", help="adapter name [vision]")
     c.add_argument("--rows", type=int, default=0, help="read the first N rows (0: the check's default)")
-    c.add_argument("--group", type=int, default=8, help="completions per question [8]")
-    c.add_argument("--max-new-tokens", type=int, default=64, help="tokens per completion [64]")
-    c.add_argument("--temperature", type=float, default=1.0)
-    c.add_argument("--format-prompt", default="")
+    c.add_argument("--group", type=int, help="completions per question [8]")
+    c.add_argument("--max-new-tokens", type=int, help="tokens per completion [64]")
+    c.add_argument("--temperature", type=float, help="[1.0]")
+    c.add_argument("--system-prompt", help='[""]')
+    c.add_argument("--format-prompt", help='[""]')
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     c.add_argument("--option", action="append", metavar="KEY=VALUE",

@@ -138,3 +138,20 @@ def test_a_sampling_check_without_a_model_says_to_give_one(shapes_dir, capsys):
 
     assert main(["check-method", "om_grpo", "--data", str(shapes_dir / "train.jsonl")]) == 2
     assert "give it with --model DIR" in capsys.readouterr().err
+
+
+def test_cli_takes_model_data_sampling_and_noise_from_a_run_config(tiny_vl, shapes_dir, tmp_path):
+    from mmrlvr.cli import main
+
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model: {{path: {tiny_vl}}}\ndata: {{train: {shapes_dir / 'train.jsonl'}}}\n"
+                      "rollout: {group_size: 4, max_new_tokens: 8, temperature: 0.7,\n"
+                      "          branching: {kind: latent_noise, alpha: 0.0, fraction: 0.5}}\n")
+    out = tmp_path / "ncgrpo.json"
+    assert main(["check-method", "ncgrpo", "--config", str(config), "--rows", "2",
+                 "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["inputs"]["model"] == str(tiny_vl) and got["inputs"]["group"] == 4
+    assert got["inputs"]["temperature"] == 0.7 and got["inputs"]["max_new_tokens"] == 8
+    assert got["figures"]["arm/alpha"] == 0.0 and got["figures"]["arm/fraction"] == 0.5
+    assert got["verdict"] == "inactive"                    # the config's placebo noise

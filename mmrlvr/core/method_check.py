@@ -30,6 +30,8 @@ class CheckOptions:
     """Tokens generated per completion."""
     temperature: float = 1.0
     """Sampling temperature."""
+    system_prompt: str = ""
+    """System turn of every prompt ("": none, or the row's own)."""
     format_prompt: str = ""
     """Instruction appended to every prompt ("": none, as `mmrlvr eval`'s default)."""
     seed: int = 0
@@ -48,6 +50,8 @@ class CheckContext:
     options: CheckOptions = field(default_factory=CheckOptions)
     load_policy: Callable[[], Any] | None = None
     """Loads the starting model's `Policy`; None where no `--model` was given."""
+    config: Any = None
+    """The run config the check stands in for (`--config`: a `mmrlvr.config.Config`), or None."""
     _policy: Any = None
 
     def policy(self, method: str) -> Any:

@@ -1,16 +1,15 @@
 """NC-GRPO's mechanism check (`mmrlvr check-method ncgrpo`): does the latent noise move the
 starting model's sampling and its answers?
 
-Measured by `measure.measure_arm` on the first rows of the data with the method's branching
-(`--option alpha=0.1`, any `rollout.branching` key; default the METHODS.md one): the first-step
-KL(noisy ‖ clean) over the clean entropy at the temperature, and the share of noisy members
-whose greedy answer differs from their group's clean greedy answer. Inactive when either is at
+Measured by `measure.measure_arm` (its own seeds) on the first rows of the data with the
+method's branching (the run config's `rollout.branching` where `--config` gives one, else
+latent noise at α 0.1; any key overridden by `--option alpha=0.3`, figures `arm/*`): the
+first-step KL(noisy ‖ clean) over the clean entropy at the temperature, and the share of noisy
+members whose greedy answer differs from their group's clean greedy answer. Inactive when either is at
 its floor: noise below `KL_FLOOR` of the entropy is a displacement the sampler's own spread
 swamps, and noise that changes no greedy answer explores nothing a clean group would not.
 """
 from __future__ import annotations
-
-import torch
 
 from mmrlvr.core.method_check import CheckContext, CheckResult
 
@@ -19,6 +18,8 @@ KL_FLOOR = 0.01
 the sampler's own spread (our choice)."""
 CHANGED_FLOOR = 0.0
 """Share of noisy members whose greedy answer changed at or below which the noise is inactive."""
+DEFAULT = {"kind": "latent_noise", "alpha": 0.1}
+"""The branching checked where the run config has none (METHODS.md's defaults for the rest)."""
 ROWS = 16
 """Rows read by default (`--rows 0`)."""
 
@@ -43,13 +44,16 @@ def check(ctx: CheckContext) -> CheckResult:
     from mmrlvr.methods.ncgrpo.measure import measure_arm
 
     opts = ctx.options
-    arm = {"kind": "latent_noise", "alpha": 0.1, **opts.method}
+    configured = dict(ctx.config.rollout.branching) if ctx.config is not None else {}
+    base = configured if configured.get("kind", "none") != "none" else DEFAULT
+    arm = {**base, **opts.method}
     policy = ctx.policy("ncgrpo")
     rows = ctx.rows(ROWS)
-    batch = policy.adapter.encode(rows, policy.processor, format_prompt=opts.format_prompt)
-    torch.manual_seed(opts.seed)
+    batch = policy.adapter.encode(rows, policy.processor, system_prompt=opts.system_prompt,
+                                  format_prompt=opts.format_prompt)
     figures = measure_arm(policy, batch, arm, opts.group, opts.temperature, opts.max_new_tokens)
     figures["rows"] = float(len(rows))
     state, why = verdict(figures)
+    figures.update({f"arm/{k}": float(v) for k, v in arm.items() if isinstance(v, (int, float))})
     return CheckResult("ncgrpo", state, why, figures,
                        {"kl_over_entropy": KL_FLOOR, "greedy_answer_changed_frac": CHANGED_FLOOR})

@@ -70,6 +70,7 @@ def check(ctx: CheckContext) -> CheckResult:
     texts: list[str] = []
     for start in range(0, len(rows), BATCH):
         batch = policy.adapter.encode(rows[start:start + BATCH], policy.processor,
+                                      system_prompt=opts.system_prompt,
                                       format_prompt=opts.format_prompt)
         texts += engine.generate(batch, params).texts
     figures = vote(rows, texts, opts.group)

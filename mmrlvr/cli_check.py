@@ -14,9 +14,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 EPILOG = """examples:
-  mmrlvr check-method ncgrpo --model runs/quickstart-sft/final --data data/shapes/train.jsonl
+  mmrlvr check-method ncgrpo --model runs/quickstart-sft/final --data runs/shapes/train.jsonl
   mmrlvr check-method ncgrpo --model M --data D --option alpha=0.3 --json runs/checks/ncgrpo.json
-  mmrlvr check-method structreward --data data/shapes/train.jsonl      # data only: no model
+  mmrlvr check-method structreward --data runs/shapes/train.jsonl      # data only: no model
   mmrlvr check-method om_grpo --model M --data D --rows 64 --group 8
   mmrlvr check-method ncgrpo --config configs/shapes_ncgrpo_cpu.yaml   # the run's model, data, noise
 """
@@ -38,11 +38,11 @@ def parse_options(pairs: list[str]) -> dict:
 
 
 def resolve(args: argparse.Namespace):
-    """(run config or None, ModelConfig or None, data spec, CheckOptions): the flags, else the
+    """(run config or None, ModelConfig or None, DataConfig, CheckOptions): the flags, else the
     `--config` file's values, else the defaults."""
     from dataclasses import replace
 
-    from mmrlvr.config import ConfigError, ModelConfig, load_config
+    from mmrlvr.config import ConfigError, DataConfig, ModelConfig, load_config
     from mmrlvr.core.method_check import CheckOptions
 
     cfg = load_config(args.config) if args.config else None
@@ -64,20 +64,20 @@ def resolve(args: argparse.Namespace):
         system_prompt=pick(args.system_prompt, cfg and cfg.data.system_prompt, ""),
         format_prompt=pick(args.format_prompt, cfg and cfg.data.format_prompt, ""),
         seed=args.seed, method=parse_options(args.option or []))
-    return cfg, (model if model.path else None), data, options
+    data_cfg = replace(cfg.data, train=data) if cfg is not None else DataConfig(train=data)
+    return cfg, (model if model.path else None), data_cfg, options
 
 
 def cmd_check_method(args: argparse.Namespace) -> int:
     import torch
 
-    from mmrlvr.config import DataConfig
     from mmrlvr.core.method_check import CheckContext
     from mmrlvr.core.registry import METHOD_CHECKS
     from mmrlvr.data import load_split
 
     check = METHOD_CHECKS.get(args.name)            # unknown: "did you mean", before any load
     cfg, model, data, options = resolve(args)
-    examples = load_split(DataConfig(train=data), "train")
+    examples = load_split(data, "train")
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
 
     def load_policy():
@@ -94,7 +94,7 @@ def cmd_check_method(args: argparse.Namespace) -> int:
         print(f"  {key:<{width}}  {value:g}")
     if args.json:
         out = {**result.to_dict(), "inputs": {"model": model.path if model else None,
-                                             "data": data, "config": args.config,
+                                             "data": data.train, "config": args.config,
                                              "modality": args.modality, **asdict(options)}}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")

@@ -6,7 +6,7 @@
 # then `mmrlvr compare` pairs the held-out answers (run-level interval over the seeds) and
 # bench/zoom_plot.py draws the before/after figure.
 #
-#   bash bench/zoom_compare.sh [--seeds "0 1 2"] [--sft-steps 120] [--steps 20] [--out runs/zcmp]
+#   bash bench/zoom_compare.sh [--seeds "0 1 2"] [--sft-steps 300] [--steps 20] [--out runs/zcmp]
 #        [--init runs/tiny-zoom-vision] [--png docs/img/zoom_tools.png]
 #
 # Needs runs/zoom and runs/tiny-zoom (the commands in configs/zoom_tools_cpu.yaml's header). Both
@@ -17,7 +17,7 @@
 # so an interrupted comparison resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SEEDS="0 1 2"; SFT_STEPS=120; STEPS=20; OUT=runs/zcmp; EVAL=200; INIT=runs/tiny-zoom-vision
+SEEDS="0 1 2"; SFT_STEPS=300; STEPS=20; OUT=runs/zcmp; EVAL=200; INIT=runs/tiny-zoom-vision
 PNG=docs/img/zoom_tools.png
 while [[ $# -gt 0 ]]; do
   case $1 in

@@ -21,7 +21,8 @@ import torch
 from mmrlvr.core.trajectory import parse_call
 from mmrlvr.core.types import PromptBatch
 from mmrlvr.data import DataError, Example
-from mmrlvr.rollout.tool_turns import Context, context_batch, encode_turn, tool_content, tool_turn_text
+from mmrlvr.rollout.tool_turns import (Context, context_batch, encode_turn, tool_content,
+                                       tool_turn_text)
 
 
 def tool_runner(rollout_cfg: Any) -> Any:

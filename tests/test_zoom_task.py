@@ -226,7 +226,7 @@ def test_grpo_with_the_tool_after_the_warm_start_calls_it_unscripted(tmp_path):
     common = [f"model.min_pixels={PIXELS}", f"model.max_pixels={PIXELS}",
               f"data.train={data / 'train.jsonl'}", "rollout.backend=hf", "rollout.max_turns=2",
               "rollout.tools=[{name: zoom}]", "rollout.max_trajectory_tokens=160",
-              "rollout.max_new_tokens=60", "train.seed=0",
+              "rollout.max_new_tokens=60", "train.seed=0", "train.threads=1",
               "rewards=[{name: accuracy, weight: 0.9}, {name: turn_format, weight: 0.1}]"]
     sft(load_config(None, common + [
         f"model.path={tiny}", "sft.steps=60", "sft.batch_size=2", "sft.lr=5e-3",

@@ -381,8 +381,20 @@ COMBINATIONS = (
      f"(its block mask is 4-D), not {c.model.attn_implementation!r}"),
 )
 """Options that do not run together: (clash, the keys, why and what to do, or a function of the
-config that says it). `ASYNC_EXCLUDES`
-below holds what one-step-off rollouts do not run with."""
+config that says it). `ASYNC_EXCLUDES` below holds what one-step-off rollouts do not run with."""
+
+ASYNC_EXCLUDES = (
+    (lambda c: c.train.strategy == "fsdp2", "train.strategy fsdp2 (the behaviour copy would need "
+     "the gathered weights; use ddp)"),
+    (lambda c: c.rollout.backend == "vllm", "rollout.backend vllm (its engine holds its own "
+     "weights; use hf)"),
+    (lambda c: isinstance(c.rollout.branching, dict) and c.rollout.branching.get("kind", "none")
+     != "none", "rollout.branching (its hooks sit on the trained "
+     "model, not on the behaviour copy)"),
+    (lambda c: c.train.dynamic_sampling, "train.dynamic_sampling (it draws again after scoring, "
+     "which a batch generated ahead cannot)"),
+)
+"""What `train.async_rollouts: one_step_off` (mmrlvr/train/async_rollout.py) does not run with."""
 
 
 def async_problems(cfg: Config) -> list[str]:

@@ -66,9 +66,11 @@ def _run(tmp_path: Path, script: str, *args: str, path: str = "") -> subprocess.
 
 
 def _standin_only():
-    import importlib.util
+    from rewards.swift_standin import real_swift_installed
 
-    if importlib.util.find_spec("swift") is not None:
+    # not importlib.util.find_spec: once an earlier test in this process put the stand-in in
+    # sys.modules (a module without __spec__), find_spec raises ValueError
+    if real_swift_installed():
         pytest.skip("ms-swift is installed here: the stand-in is not used")
 
 

@@ -16,4 +16,11 @@ if ! fc-list 2>/dev/null | grep -qi "Liberation Sans" && [ "$(id -u)" = 0 ] && c
     || echo "[test] the fonts could not be installed; the renderer tests will fail"
 fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-exec .venv/bin/python -m pytest tests "$@"
+# Two pytest-xdist workers (MMRLVR_TEST_WORKERS; 0 runs in this process), a test file per worker
+# at a time: one worker alone left a core idle most of the run (the tiny models' kernels are too
+# small for two threads). Each file keeps its module fixtures on one worker.
+workers=${MMRLVR_TEST_WORKERS:-2}
+if [ "$workers" = 0 ]; then
+  exec .venv/bin/python -m pytest tests "$@"
+fi
+exec .venv/bin/python -m pytest tests -n "$workers" --dist loadfile "$@"

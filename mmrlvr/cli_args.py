@@ -256,8 +256,14 @@ def add_translate(sub: Any, fn: Callable) -> None:
     x.add_argument("--source-lang", help="source language code, named in the prompt when given")
     x.add_argument("--source-patch", help="HTML patch of the source text: erase under its boxes "
                    "(default: under the predicted boxes)")
-    x.add_argument("--eraser", default="opencv", choices=["opencv", "diffusers"])
-    x.add_argument("--inpaint-model", help="local diffusers inpainting pipeline dir (--eraser diffusers)")
+    x.add_argument("--eraser", default="auto", choices=["auto", "opencv", "diffusers"],
+                   help="auto: diffusers on a CUDA machine given --inpaint-model, else OpenCV")
+    x.add_argument("--inpaint-model", help="local diffusers inpainting pipeline dir (the diffusion stage)")
+    x.add_argument("--refine", default="auto", choices=["auto", "on", "off"],
+                   help="diffusion refinement of the drawn text (auto: with the diffusers eraser)")
+    x.add_argument("--inpaint-steps", type=int, default=20, help="denoising steps of the diffusion stage")
+    x.add_argument("--refine-strength", type=float, default=0.3,
+                   help="how far refinement re-noises the drawn text, in (0, 1]")
     x.add_argument("--max-new-tokens", type=int, default=512)
     x.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     x.add_argument("--min-pixels", type=int, default=56 * 56)

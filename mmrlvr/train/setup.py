@@ -33,6 +33,7 @@ from mmrlvr.train.parallel import Dist, LaunchError
 from mmrlvr.train.policy import Policy, bf16_update_warning, load_model
 from mmrlvr.train.rundir import RunDirError, claim
 from mmrlvr.train import sampler as sampler_mod
+from mmrlvr.train.options import check_plugins
 from rewards import DATA_CHECKS, build_combined
 
 
@@ -225,6 +226,7 @@ def build_run(cfg: Config, resume: bool = False, overwrite: bool = False,
               force: bool = False, trust_checkpoint: bool = False) -> tuple[Run, int]:
     """Load data, policy, optimiser; restore the last complete checkpoint when resuming
     (`trust_checkpoint`: also one whose trainer state is an old-format pickle)."""
+    check_plugins(cfg)                   # every plug-in's options: before anything loads
     check_model_path(cfg.model.path)     # before the run dir is touched
     cfg = resolve_model_defaults(cfg)    # pixel bounds, token budget: the model's unless set
     d = start_processes(cfg, cfg.train.batch_prompts)

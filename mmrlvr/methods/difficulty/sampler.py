@@ -289,10 +289,17 @@ class DifficultySampler:
 def build(train_data: Sequence[Any], seed: int, **options: Any) -> DifficultySampler:
     """`train.sampler: difficulty` over the prompts' texts and task families, with
     `train.sampler_options` (an unknown option is refused by name)."""
-    known = set(inspect.signature(DifficultySampler).parameters) - {"texts", "seed", "families", "cursor"}
+    known = set(inspect.signature(DifficultySampler).parameters) - set(build.options_filled)
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(f"train.sampler_options: unknown option(s) {unknown}; the difficulty "
                          f"sampler takes {sorted(known)}")
     rows = [(ex.prompt, ex.meta.get("family")) for ex in train_data]     # one pass (lazy splits too)
     return DifficultySampler([p for p, _ in rows], seed, families=[f for _, f in rows], **options)
+
+
+build.options = DifficultySampler
+"""`train.sampler_options` are the sampler's keyword parameters (checked before the model loads,
+`mmrlvr.train.options`) ..."""
+build.options_filled = ("texts", "seed", "families", "cursor")
+"""... but for those `build` fills from the data and the run."""

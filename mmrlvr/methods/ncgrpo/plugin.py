@@ -74,6 +74,8 @@ class LatentNoise:
     """`rollout.branching: {kind: latent_noise, fraction, alpha, site, noise}`."""
 
     kind = "latent_noise"
+    options = Branching
+    """The options of its `rollout.branching` mapping (checked before the model loads)."""
     supports_compiled = False
     """`rollout.decode: compiled` would skip the prefill hook."""
 
@@ -152,6 +154,7 @@ class ImageNoise:
     so the two can be read side by side. HF engine only."""
 
     kind = "image_noise"
+    options = ImageNoiseConfig
     supports_compiled = False
     """Its hooks sit on the model's top module, whose decode step `compiled` would trace."""
 

@@ -45,5 +45,6 @@ TASKS.register("banners", "mmrlvr.tasks.banners:TASK")
 TASKS.register("motion", "mmrlvr.tasks.motion:TASK")
 TASKS.register("arith", "mmrlvr.tasks.arith:TASK")
 TASKS.register("zoom", "mmrlvr.tasks.zoom:TASK")      # multi-turn tools (docs/tools.md)
+TASKS.register("clip", "mmrlvr.tasks.clip:TASK")      # multi-turn tools, audio (docs/tools.md)
 
 __all__ = ["TASKS", "Task", "TaskOptions"]

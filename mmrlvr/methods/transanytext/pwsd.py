@@ -22,6 +22,11 @@ degenerated too); a frozen teacher cannot follow the student there.
 
 `dash: {beta, gamma, horizon, normalize}` (default off) multiplies w_t by DASH's per-token
 weights m_t from the same detached KL (mmrlvr/methods/transanytext/dash.py); off is the loss above bit for bit.
+
+Every step also logs the gap, weight and loss per token class (`<class>/token_frac`, `gap_mean`,
+`weight_mean`, `loss` for style, layout, text and other; `token_classes.py`): the paper's claim is
+about style and layout tokens, and these say where the teacher's privilege lands. They are read
+from the detached tensors after the loss is formed; the loss does not depend on them.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ import torch
 
 from mmrlvr.objectives import sample_rows
 from mmrlvr.methods.transanytext.dash import DashOptions, dash_stats, dash_weights
+from mmrlvr.methods.transanytext.token_classes import class_stats, token_classes
 from mmrlvr.core.types import select
 
 
@@ -40,8 +46,8 @@ def pwsd_loss(student_logp: torch.Tensor, teacher_logp: torch.Tensor, ids: torch
     """The PWSD loss from full-vocabulary log-probabilities.
 
     student_logp, teacher_logp [N, C, V]; ids [N, C] sampled tokens; mask [N, C] -> scalar loss
-    and stats (`weights` [N, C] and `gap` [N, C] tensors, plus their masked means; with `dash`,
-    `weights` are w_t·m_t and the DASH stats are added).
+    and stats (`weights`, `gap` and `kl` [N, C] tensors, detached, plus their masked means; with
+    `dash`, `weights` are w_t·m_t and the DASH stats are added).
     """
     idx = ids.unsqueeze(-1)                                                     # [N, C, 1]
     gap = (teacher_logp.gather(-1, idx) - student_logp.gather(-1, idx)).squeeze(-1)   # [N, C]
@@ -56,7 +62,7 @@ def pwsd_loss(student_logp: torch.Tensor, teacher_logp: torch.Tensor, ids: torch
         extra = dash_stats(mult, gates, m)
     tokens = m.sum().clamp(min=1.0)
     loss = (weights * kl * m).sum() / tokens
-    return loss, {"weights": weights, "gap": gap.detach(),
+    return loss, {"weights": weights, "gap": gap.detach(), "kl": kl.detach(),
                   "weight_mean": float((weights * m).sum() / tokens),
                   "gap_mean": float((gap.detach() * m).sum() / tokens),
                   "kl_mean": float((kl.detach() * m).sum() / tokens), **extra}
@@ -119,6 +125,8 @@ class PWSD:
         mask = batch["mask"].to(student.device)
         loss, st = pwsd_loss(student, teacher, batch["ids"].to(student.device), mask, self.alpha,
                              self.dash)
+        classes = token_classes(policy.tokenizer, batch["ids"], batch["mask"])   # [n, C]
         return loss, {"rows": float(len(rows)), "weight_mean": st["weight_mean"],
                       "gap_mean": st["gap_mean"], "kl_mean": st["kl_mean"],
-                      **{k: v for k, v in st.items() if k.startswith("dash_")}}
+                      **{k: v for k, v in st.items() if k.startswith("dash_")},
+                      **class_stats(classes, mask, st["gap"], st["weights"], st["kl"])}

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from apps import audio_tab, monitor_tab, robustness_tab, translation_tab, vision_tab
+from apps import audio_tab, monitor_tab, robustness_tab, tools_tab, translation_tab, vision_tab
 from apps.common import DemoContext, explain
 from apps.runinfo import read_run, run_line, task_line
 from mmrlvr.train.policy import PolicyError
@@ -152,7 +152,8 @@ def switch_checkpoint(ctx: DemoContext, label: str) -> str:
 
 
 def build_demo(ctx: DemoContext) -> Any:
-    """The Blocks app: Vision QA, Audio QA, Image translation, Robustness, Training monitor."""
+    """The Blocks app: Vision QA, Audio QA, Image translation, Tool use, Robustness, Training
+    monitor."""
     import gradio as gr
 
     with gr.Blocks(title="mmrlvr demo") as demo:
@@ -176,6 +177,8 @@ def build_demo(ctx: DemoContext) -> Any:
                 audio_tab.build(ctx)
             with gr.Tab("Image translation", id="translation"):
                 translation_tab.build(ctx)
+            with gr.Tab("Tool use", id="tools"):
+                tools_tab.build(ctx)
             with gr.Tab("Robustness", id="robustness"):
                 robustness_tab.build(ctx)
             with gr.Tab("Training monitor", id="monitor"):

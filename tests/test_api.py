@@ -204,12 +204,24 @@ def test_objects_in_a_config_are_taken_as_the_trainers_arguments(tmp_path, tiny_
     assert Path(trainer.args.model.path).parent == tmp_path / "run"
 
 
-def test_the_warm_start_runs_through_sft_trainer(tmp_path, tiny_vl):
+def test_the_warm_start_runs_through_sft_trainer_with_callbacks(tmp_path, tiny_vl):
     ds = _dataset(4).add_column("reasoning", ["I count the squares."] * 4)
+    losses, ended = [], []
+
+    class Ended:                                     # GRPOTrainer's protocol, the same hooks
+        def on_log(self, step, metrics):
+            losses.append((step, metrics["sft/loss"]))
+
+        def on_train_end(self, summary):
+            ended.append(summary)
+
     sft = SFTTrainer(model=str(tiny_vl), train_dataset=ds,
                      args=_args(tmp_path / "run", **{"sft.steps": 2, "sft.batch_size": 2,
-                                                     "sft.out_dir": tmp_path / "sft"}))
+                                                     "sft.out_dir": tmp_path / "sft"}),
+                     callbacks=[Ended()])
     summary = sft.train()
     assert summary["steps"] == 2 and summary["train_rows"] == 4
     assert (sft.model_dir / "config.json").is_file()
-    assert len(read_metrics(tmp_path / "sft" / "metrics.jsonl")) == 2
+    rows = read_metrics(tmp_path / "sft" / "metrics.jsonl")
+    assert losses == [(r["step"], r["sft/loss"]) for r in rows] and [s for s, _ in losses] == [1, 2]
+    assert ended == [summary]

@@ -21,7 +21,7 @@ import copy
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -110,9 +110,11 @@ def run_pwsd(cfg: Config, init: str | Path, progress: bool = True,
     return summary
 
 
-def sft(cfg: Config, progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
+def sft(cfg: Config, progress: bool = True, overwrite: bool = False,
+        callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     """Train `cfg.model.path` on the reference completions of `cfg.data.train` (then PWSD, if
-    `sft.pwsd.steps` > 0). `overwrite` lets it replace an earlier run in its out dirs."""
+    `sft.pwsd.steps` > 0). `overwrite` lets it replace an earlier run in its out dirs; `callbacks`
+    (the Python API's) get `on_log(step, metrics)` for each SFT metrics row (`RunLogger`)."""
     if cfg.sft.privileged_fraction and cfg.model.modality != "image_translation":
         raise ValueError(f"sft.privileged_fraction needs model.modality image_translation, "
                          f"got {cfg.model.modality!r}")
@@ -123,7 +125,7 @@ def sft(cfg: Config, progress: bool = True, overwrite: bool = False) -> dict[str
     out_dir = Path(cfg.sft.out_dir)
     lock = claim_run_dir(d, out_dir, cfg, overwrite=overwrite)
     try:
-        summary = _sft(cfg, d, out_dir, progress)
+        summary = _sft(cfg, d, out_dir, progress, callbacks)
     finally:
         if lock is not None:
             lock.release()
@@ -132,7 +134,8 @@ def sft(cfg: Config, progress: bool = True, overwrite: bool = False) -> dict[str
     return summary if d.main else {}
 
 
-def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
+def _sft(cfg: Config, d, out_dir: Path, progress: bool,
+         callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     if d.main:
@@ -153,7 +156,8 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool) -> dict[str, Any]:
                             weight_decay=cfg.optim.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, warmup_cosine(cfg.sft.warmup_steps, cfg.sft.steps, cfg.optim.min_lr_ratio))
-    logger = RunLogger(out_dir, enabled=d.main, report_to=cfg.train.report_to, config=to_dict(cfg))
+    logger = RunLogger(out_dir, enabled=d.main, report_to=cfg.train.report_to, config=to_dict(cfg),
+                       callbacks=callbacks)
     sampler = PromptSampler(len(data), cfg.train.seed)
 
     def run_eval(step: int) -> dict[str, float]:

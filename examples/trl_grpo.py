@@ -1,17 +1,13 @@
 """A TRL GRPO script, ported: the same dataset object and reward functions, mmrlvr's trainer.
 
-TRL's version of this script reads
-
-    from trl import GRPOConfig, GRPOTrainer
-    args = GRPOConfig(output_dir=OUT, learning_rate=1e-5, num_generations=8, max_steps=STEPS, ...)
-    trainer = GRPOTrainer(model=MODEL, reward_funcs=[accuracy_reward, format_reward], args=args,
-                          train_dataset=train_ds)
-    trainer.train()
-
-Here only the import and the config change: `load_config` takes mmrlvr's keys (the TRL names in
-a config are answered with ours: num_generations is rollout.group_size). The dataset is a
-`datasets.Dataset` built in memory (images as PIL), the rewards are plain Python functions in
-TRL's convention (columns as keyword lists). Run it on a tiny model in seconds:
+TRL's version of this script differs in its import (`from trl import GRPOConfig, GRPOTrainer`)
+and in two arguments TRL has no name for: `overrides` (the image size the tiny model sees, in
+mmrlvr's keys) and `overwrite` (replace an earlier run in --out). The GRPOConfig keeps TRL's
+names; mmrlvr maps them onto its keys (num_generations is rollout.group_size;
+per_device_train_batch_size x processes / num_generations is the prompts a step). The dataset
+is a `datasets.Dataset` built in memory (images as PIL), the rewards are plain Python functions
+in TRL's convention (columns as keyword lists), weighted by TRL's `reward_weights`. Run it on a
+tiny model in seconds:
 
     mmrlvr tiny qwen2.5-vl --out runs/tiny-qwen25vl
     python examples/trl_grpo.py --model runs/tiny-qwen25vl --out runs/trl-port --steps 2
@@ -25,7 +21,7 @@ import re
 import datasets
 from PIL import Image, ImageDraw
 
-from mmrlvr import GRPOTrainer, load_config
+from mmrlvr import GRPOConfig, GRPOTrainer
 
 
 def accuracy_reward(completions, solution, **kwargs):
@@ -70,13 +66,13 @@ def main() -> None:
     a = p.parse_args()
 
     train_ds, eval_ds = squares(a.rows, seed=0), squares(4, seed=1)
-    args = load_config(None, [
-        f"train.out_dir={a.out}", f"train.steps={a.steps}", "train.batch_prompts=2",
-        "train.micro_batch=16", f"train.save_every={a.steps}", "train.eval_batch=4",
-        "rollout.group_size=4", "rollout.max_new_tokens=16", "optim.lr=1e-4",
-        "model.min_pixels=3136", "model.max_pixels=3136", "train.report_to=[]"])
-    trainer = GRPOTrainer(model=a.model, reward_funcs=[accuracy_reward, (format_reward, 0.1)],
-                          args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+    args = GRPOConfig(output_dir=a.out, learning_rate=1e-4, per_device_train_batch_size=8,
+                      num_generations=4, max_completion_length=16, max_steps=a.steps,
+                      save_steps=a.steps, per_device_eval_batch_size=4, reward_weights=[1.0, 0.1],
+                      report_to="none")
+    trainer = GRPOTrainer(model=a.model, reward_funcs=[accuracy_reward, format_reward], args=args,
+                          train_dataset=train_ds, eval_dataset=eval_ds,
+                          overrides=["model.min_pixels=3136", "model.max_pixels=3136"],
                           overwrite=a.overwrite)
     summary = trainer.train()
     print("summary:", summary)

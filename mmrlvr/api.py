@@ -12,13 +12,19 @@ the CLI checks it (the same YAML load, types and ranges); datasets in memory bec
 in the run dir (`mmrlvr.api_data`); reward callables become config specs recorded by import path
 where they have one and run isolated like file rewards (`mmrlvr.api_rewards`); a loaded model is
 saved into the run dir. What the run writes is what the CLI's run writes. `SFTTrainer` does the
-same for the supervised warm start (`mmrlvr sft`). docs/api.md has the whole surface.
+same for the supervised warm start (`mmrlvr sft`). `args` may also be TRL's `GRPOConfig(...)`
+(`mmrlvr.api_config`). A script started by `torchrun --nproc_per_node N` trains as `torchrun ...
+mmrlvr train` does: rank 0 writes the data files, every rank trains its share of each step, and
+callbacks and the summary are rank 0's. docs/api.md has the whole surface.
 """
 from __future__ import annotations
 
+import atexit
 import copy
 import dataclasses
 import json
+import os
+import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -28,10 +34,11 @@ import yaml
 
 import rewards
 from mmrlvr import api_data
+from mmrlvr.api_config import GRPOConfig
 from mmrlvr.api_rewards import rebind, reward_specs
 from mmrlvr.config import Config, ConfigError, load_config, to_dict
 
-__all__ = ["Callback", "GRPOTrainer", "SFTTrainer", "checked_config", "load_config"]
+__all__ = ["Callback", "GRPOConfig", "GRPOTrainer", "SFTTrainer", "checked_config", "load_config"]
 
 
 class Callback:
@@ -73,11 +80,87 @@ def _callbacks(callbacks: Any) -> list[Callback]:
     return out
 
 
+class _Every(Callback):
+    """`inner`'s on_log every `n` steps (TRL's logging_steps); a row between them that holds
+    eval figures passes those alone, as TRL logs each evaluation."""
+
+    def __init__(self, inner: Any, n: int):
+        self.inner, self.n = inner, n
+
+    def on_log(self, step: int, metrics: dict[str, Any]) -> None:
+        if step % self.n == 0:
+            self.inner.on_log(step, metrics)
+        elif evals := {k: v for k, v in metrics.items() if k.startswith("eval/")}:
+            self.inner.on_log(step, evals)
+
+    def on_evaluate(self, metrics: dict[str, Any]) -> None:
+        _call([self.inner], "on_evaluate", metrics)
+
+    def on_train_end(self, summary: dict[str, Any]) -> None:
+        _call([self.inner], "on_train_end", summary)
+
+
 def _call(callbacks: list[Any], hook: str, *args: Any) -> None:
+    if not _is_main():                  # on_log is rank 0's (RunLogger): the other hooks too
+        return
     for cb in callbacks:
         fn = getattr(cb, hook, None)
         if callable(fn):
             fn(*args)
+
+
+def _is_main() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _leave_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _on_main(fn: Callable[[], Any], device: str) -> Any:
+    """`fn()` run by rank 0 alone, its result on every rank: under several processes (a script
+    started by torchrun) one process writes the run's files and the others wait for their
+    paths; an error there is raised on every rank, so none waits for ever."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return fn()
+    from mmrlvr.train.parallel import init
+
+    d = init(device)                         # joins the group the run itself will use
+    atexit.register(_leave_group)            # as the CLI leaves it when its command ends
+    result, error = None, None
+    if d.main:
+        try:
+            result = fn()
+        except Exception as err:             # noqa: BLE001 - raised below, on every rank
+            error = err
+    kind = type(error) if error is not None and _picklable(type(error)) else RuntimeError
+    result, failure = d.gather((result, None if error is None else (kind, str(error))))[0]
+    if error is not None:
+        raise error
+    if failure is not None:
+        raise failure[0](f"{failure[1]} (rank 0)")
+    return result
+
+
+def _picklable(obj: Any) -> bool:
+    try:
+        pickle.dumps(obj)
+        return True
+    except Exception:                        # noqa: BLE001 - a class defined in a function
+        return False
+
+
+def _length(dataset: Any) -> int | None:
+    """A training set's row count where it has one (num_train_epochs needs it), else None."""
+    if dataset is None or api_data.is_path(dataset):
+        return None
+    data = api_data.train_split(dataset, "train_dataset")
+    if isinstance(data, dict):                               # columns: {name: [values]}
+        return len(next(iter(data.values()), []))
+    return len(data) if hasattr(data, "__len__") else None
 
 
 def checked_config(args: Any = None, overrides: Sequence[str] = (),
@@ -162,12 +245,27 @@ def _save_model(model: Any, processing_class: Any, out: Path) -> str:
     return str(out)
 
 
+def _trl_config(args: Any, overrides: Sequence[str], specs: list[dict[str, Any]] | None,
+                train_dataset: Any, eval_dataset: Any) -> tuple[Config, int]:
+    """The checked Config of `args` and the callbacks' logging interval (TRL's logging_steps of
+    a GRPOConfig; 1: every row)."""
+    if not isinstance(args, GRPOConfig):
+        return checked_config(args, overrides, specs), 1
+    cfg = args.to_config(overrides, specs, rows=_length(train_dataset))
+    if args.refuses_eval() and (eval_dataset is not None or cfg.data.eval):
+        raise ConfigError("GRPOConfig: eval_strategy='no' with eval data: mmrlvr evaluates "
+                          "wherever eval data is given (at the start, the end and every "
+                          "eval_steps); pass no eval_dataset to skip eval")
+    return cfg, args.every(cfg.train.steps)
+
+
 class GRPOTrainer:
     """`mmrlvr train` from Python. `model`: a model dir, a cached hub id or a loaded transformers
     model (saved to RUN/model; give `processing_class` unless its config names a local dir);
     `reward_funcs`: callables in any convention of `rewards/conventions.py` (TRL, EasyR1,
     ms-swift, mmrlvr), ORM classes, registered names, `file.py:function`, `(reward, weight)`
-    pairs or spec dicts; `args`: a Config, YAML path or dict; `train_dataset`/`eval_dataset`:
+    pairs or spec dicts; `args`: a Config, YAML path, dict or TRL's `GRPOConfig(...)` (its
+    names mapped onto mmrlvr's keys, `overrides` applied after); `train_dataset`/`eval_dataset`:
     see `mmrlvr.api_data`; `callbacks`: `Callback`s or functions f(step, metrics);
     `overrides`: dotted keys as on the command line; `overwrite`: replace an earlier run in
     train.out_dir; `max_rows`: rows read from an iterable dataset (default: the rows the run
@@ -183,14 +281,16 @@ class GRPOTrainer:
         reward_funcs = lifted.get("reward_funcs", reward_funcs) if reward_funcs is None else reward_funcs
         train_dataset = lifted.get("train_dataset") if train_dataset is None else train_dataset
         eval_dataset = lifted.get("eval_dataset") if eval_dataset is None else eval_dataset
+        if isinstance(args, GRPOConfig) and reward_weights is None:
+            reward_weights = args.to_dict().get("reward_weights")
         specs, self._objects = (None, {}) if reward_funcs is None else \
             reward_specs(reward_funcs, reward_weights)
-        cfg = checked_config(args, overrides, specs)
+        cfg, every = _trl_config(args, overrides, specs, train_dataset, eval_dataset)
         if isinstance(model, (str, Path)):
             cfg.model.path = str(model)
         self.args = cfg
         self.run_dir = Path(cfg.train.out_dir)
-        self.callbacks = _callbacks(callbacks)
+        self.callbacks = [cb if every == 1 else _Every(cb, every) for cb in _callbacks(callbacks)]
         self.summary: dict[str, Any] | None = None
         self._model, self._processing_class = (None if isinstance(model, (str, Path)) else model,
                                                processing_class)
@@ -227,26 +327,34 @@ class GRPOTrainer:
         return self
 
     def _prepare(self) -> None:
-        """Write what the run reads into the run dir: the datasets and a loaded model."""
+        """Write what the run reads into the run dir (rank 0 alone): the datasets and a loaded
+        model; every rank's config then names those files."""
         if self._prepared:
             return
+        cfg = self.args
+        cfg.model.path, cfg.data.train, cfg.data.eval = _on_main(self._write, cfg.train.device)
+        self._prepared = True
+
+    def _write(self) -> tuple[str, Any, Any]:
         cfg, data_dir = self.args, self.run_dir / "data"
         _claim_check(self.run_dir, self._overwrite)
+        model, train, evals = cfg.model.path, cfg.data.train, cfg.data.eval
         if self._model is not None:
-            cfg.model.path = _save_model(self._model, self._processing_class, self.run_dir / "model")
+            model = _save_model(self._model, self._processing_class, self.run_dir / "model")
         columns = dict(cfg.data.columns or {})
         if self._train_dataset is not None:
             limit = self._max_rows or cfg.train.steps * cfg.train.batch_prompts
-            cfg.data.train = api_data.write_dataset(self._train_dataset, data_dir / "train.jsonl",
-                                                    "train_dataset", columns, limit)
+            train = api_data.write_dataset(self._train_dataset, data_dir / "train.jsonl",
+                                           "train_dataset", columns, limit)
         if self._eval_dataset is not None:
-            cfg.data.eval = api_data.write_eval(self._eval_dataset, data_dir, columns,
-                                                self._max_rows or cfg.data.eval_limit or None)
-        self._prepared = True
+            evals = api_data.write_eval(self._eval_dataset, data_dir, columns,
+                                        self._max_rows or cfg.data.eval_limit or None)
+        return model, train, evals
 
     def train(self, resume_from_checkpoint: bool = False) -> dict[str, Any]:
         """Run GRPO (or continue it: `resume_from_checkpoint=True` continues this run dir's run,
-        on the data it was started with); returns the run's summary."""
+        on the data it was started with); returns the run's summary (under several processes
+        rank 0's; {} on the others, as `mmrlvr train` returns)."""
         from mmrlvr.train.trainer import train
 
         if resume_from_checkpoint and not self._resume:
@@ -282,13 +390,14 @@ class GRPOTrainer:
         from mmrlvr.api_eval import evaluate_model
 
         self._prepare()
-        sets = None
-        if eval_dataset is not None:
-            spec = api_data.write_eval(eval_dataset, self.run_dir / "data" / "evaluate",
-                                       dict(self.args.data.columns or {}))
-            sets = spec
-        with rewards.supplied(self._objects):
-            metrics = evaluate_model(self.args, self.model_dir, sets)
+
+        def run() -> dict[str, Any]:        # rank 0's figures under several processes
+            sets = None if eval_dataset is None else api_data.write_eval(
+                eval_dataset, self.run_dir / "data" / "evaluate", dict(self.args.data.columns or {}))
+            with rewards.supplied(self._objects):
+                return evaluate_model(self.args, self.model_dir, sets)
+
+        metrics = _on_main(run, self.args.train.device)
         _call(self.callbacks, "on_evaluate", metrics)
         return metrics
 
@@ -296,11 +405,13 @@ class GRPOTrainer:
 class SFTTrainer:
     """`mmrlvr sft` from Python: the supervised warm start on rows with a reference `reasoning`
     (`<think>` part) and answer. `model` a model dir (the start: sft.init), `args` as
-    GRPOTrainer's; the data go to sft.out_dir/data. `train()` returns the SFT summary and
-    `model_dir` is the warm-started model to give GRPOTrainer as `model`."""
+    GRPOTrainer's; the data go to sft.out_dir/data; `callbacks` as GRPOTrainer's (`on_log` for
+    each SFT metrics row, `on_train_end` with the summary). `train()` returns the SFT summary
+    and `model_dir` is the warm-started model to give GRPOTrainer as `model`."""
 
     def __init__(self, model: Any = None, train_dataset: Any = None, eval_dataset: Any = None,
-                 args: Any = None, overrides: Sequence[str] = (), overwrite: bool = False):
+                 args: Any = None, overrides: Sequence[str] = (), overwrite: bool = False,
+                 callbacks: Any = None):
         args, lifted = _lift_objects(args)
         cfg = checked_config(args, overrides)
         if isinstance(model, (str, Path)):
@@ -309,6 +420,7 @@ class SFTTrainer:
             raise ConfigError("SFTTrainer takes the model as a model dir (save a loaded model with "
                               "save_pretrained first)")
         self.args, self.out_dir, self._overwrite = cfg, Path(cfg.sft.out_dir), overwrite
+        self.callbacks = _callbacks(callbacks)
         self._train = lifted.get("train_dataset") if train_dataset is None else train_dataset
         self._eval = lifted.get("eval_dataset") if eval_dataset is None else eval_dataset
         self.summary: dict[str, Any] | None = None
@@ -320,16 +432,20 @@ class SFTTrainer:
     def train(self) -> dict[str, Any]:
         from mmrlvr.train.sft import sft
 
+        cfg = self.args
+        cfg.data.train, cfg.data.eval = _on_main(self._write, cfg.train.device)
+        self.summary = sft(copy.deepcopy(cfg), overwrite=self._overwrite, callbacks=self.callbacks)
+        _call(self.callbacks, "on_train_end", self.summary)
+        return self.summary
+
+    def _write(self) -> tuple[Any, Any]:
         cfg, data_dir = self.args, self.out_dir / "data"
-        columns = dict(cfg.data.columns or {})
+        columns, train, evals = dict(cfg.data.columns or {}), cfg.data.train, cfg.data.eval
         if self._train is not None or self._eval is not None:
             _claim_check(self.out_dir, self._overwrite)
         if self._train is not None:
-            cfg.data.train = api_data.write_dataset(self._train, data_dir / "train.jsonl",
-                                                    "train_dataset", columns,
-                                                    cfg.sft.steps * cfg.sft.batch_size)
+            train = api_data.write_dataset(self._train, data_dir / "train.jsonl", "train_dataset",
+                                           columns, cfg.sft.steps * cfg.sft.batch_size)
         if self._eval is not None:
-            cfg.data.eval = api_data.write_eval(self._eval, data_dir, columns,
-                                                cfg.data.eval_limit or None)
-        self.summary = sft(copy.deepcopy(cfg), overwrite=self._overwrite)
-        return self.summary
+            evals = api_data.write_eval(self._eval, data_dir, columns, cfg.data.eval_limit or None)
+        return train, evals

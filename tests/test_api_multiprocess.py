@@ -1,0 +1,76 @@
+"""The Python API under torchrun: a script that builds its dataset in memory and calls
+`GRPOTrainer(..., args=GRPOConfig(...)).train()`, started as `torchrun --nproc_per_node 2`
+(gloo, CPU), trains as `torchrun ... mmrlvr train` does (tests/test_multiprocess.py): rank 0
+alone writes the run's data, the ranks score disjoint prompts each step and end with the same
+weights, and callbacks and the summary are rank 0's."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from mmrlvr.train.logger import read_metrics
+from tests.test_multiprocess import env, run_ok, torchrun
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = '''
+import json, os, sys
+import datasets
+from PIL import Image
+from mmrlvr import GRPOConfig, GRPOTrainer
+
+def traced(completions, qid, **kwargs):        # TRL's convention; notes which rank scored what
+    with open(os.environ["MMRLVR_TRACE"] + "." + os.environ["RANK"], "a") as fh:
+        fh.writelines(q + "\\n" for q in qid)
+    return [min(len(c), 20) / 20 for c in completions]
+
+if __name__ == "__main__":
+    model, out = sys.argv[1:3]
+    n = 8
+    ds = datasets.Dataset.from_dict({
+        "prompt": [f"<image>How many squares? ({i})" for i in range(n)],
+        "image": [Image.new("RGB", (56, 56), (30 * i, 100, 200 - 20 * i)) for i in range(n)],
+        "solution": [str(i % 3 + 1) for i in range(n)], "qid": [f"q{i}" for i in range(n)]})
+    args = GRPOConfig(output_dir=out, per_device_train_batch_size=4, num_generations=2,
+                      max_steps=2, max_completion_length=6, learning_rate=1e-3, seed=5,
+                      report_to="none", use_cpu=True)
+    logged = []
+    trainer = GRPOTrainer(model=model, reward_funcs=[traced], args=args, train_dataset=ds,
+                          callbacks=[lambda step, metrics: logged.append(step)],
+                          overrides=["model.min_pixels=3136", "model.max_pixels=3136"])
+    summary = trainer.train()
+    with open(f"{out}.rank{os.environ['RANK']}.json", "w") as fh:
+        json.dump({"summary": summary, "logged": logged,
+                   "batch_prompts": trainer.args.train.batch_prompts}, fh)
+'''
+
+
+def test_a_grpo_trainer_script_under_torchrun_trains_its_ranks_in_step(tmp_path, tiny_vl):
+    script, run, trace = tmp_path / "train.py", tmp_path / "run", tmp_path / "trace"
+    script.write_text(SCRIPT)
+    run_ok(torchrun(str(script), str(tiny_vl), str(run)),
+           env=env(MMRLVR_TRACE=str(trace), PYTHONPATH=str(ROOT)), cwd=tmp_path)
+    ranks = [json.loads(Path(f"{run}.rank{r}.json").read_text()) for r in (0, 1)]
+    # 4 completions a forward x 2 processes / 2 per prompt: 4 prompts a step, 2 on each rank
+    assert [r["batch_prompts"] for r in ranks] == [4, 4]
+    summary = ranks[0]["summary"]
+    assert summary == json.loads((run / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["strategy"] == "ddp"
+    assert summary["ranks_in_sync"] is True          # every rank's weights fingerprinted equal
+    assert ranks[1] == {"summary": {}, "logged": [], "batch_prompts": 4}   # rank 0's alone
+    assert ranks[0]["logged"] == [1, 2] == [r["step"] for r in read_metrics(run / "metrics.jsonl")]
+    rows = (run / "data" / "train.jsonl").read_text().splitlines()
+    assert [json.loads(r)["qid"] for r in rows] == [f"q{i}" for i in range(8)]   # written once
+    scored = {r: Path(f"{trace}.{r}").read_text().split() for r in (0, 1)}
+    G, per_rank = 2, 2
+    for step in range(2):
+        mine = [set(scored[r][step * per_rank * G:(step + 1) * per_rank * G]) for r in (0, 1)]
+        assert len(mine[0]) == len(mine[1]) == per_rank
+        assert not mine[0] & mine[1]                 # disjoint prompts
+    from transformers import AutoModelForImageTextToText
+
+    start = AutoModelForImageTextToText.from_pretrained(tiny_vl).state_dict()
+    final = AutoModelForImageTextToText.from_pretrained(run / "final").state_dict()
+    assert any(not torch.equal(start[k], final[k]) for k in start)   # it trained

@@ -261,7 +261,8 @@ def test_load_context_compares_with_the_run_start_model(run_ctx, model_run, tiny
 EXPECTED_APIS = {"vision_answer", "vision_answer_enter", "vision_preview", "vision_example",
                  "checkpoint", "audio_answer", "audio_answer_enter", "audio_cleared",
                  "translate", "robustness", "robustness_enter", "robustness_example",
-                 "monitor", "monitor_enter", "monitor_tick", "monitor_live", "monitor_smooth"}
+                 "monitor", "monitor_enter", "monitor_tick", "monitor_live", "monitor_smooth",
+                 "tools_run", "tools_run_enter", "tools_example"}
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,16 @@ policy was shown), then the next turn. When the trajectory ends, every turn is s
 text the policy wrote, and the final answer with the verifier's verdict; the trajectory as the
 rewards see it (`Trajectory.as_dict`) is one click away.
 
-The page updates once per tool call, not per token: a client that leaves is noticed at the next
-call (no further tool runs, the trajectory stops after the turn being written), so the next
-request waits at most one turn of `max new tokens`.
+The page updates at each tool result and once a second while a turn is written, not per token:
+a client that leaves is noticed within a second, no tool runs after that, and the turn being
+written is the last, so the next request waits at most one turn of `max new tokens`.
 """
 from __future__ import annotations
 
 import json
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ BUILTIN = {"vision": {"name": "zoom"}, "audio": {"name": "clip"}}
 MAX_TURNS = 6
 MAX_NEW_TOKENS = 512
 """Caps on the sliders (and on what a client may send): the page waits a turn at most."""
+TICK_S = 1.0
+"""Seconds between the page's updates while a turn is written (the status counts them)."""
 Update = list[Any]
 """chat messages, trajectory (JSON), status markdown."""
 
@@ -240,12 +243,20 @@ def _trajectory(ctx: DemoContext, example: Example, specs: list[dict[str, Any]],
         thread = threading.Thread(target=work, name="demo-trajectory", daemon=True)
         thread.start()
         try:
-            live = list(chat)
-            while (event := events.get())[0] != "end":
+            live, line, t0 = list(chat), f"Turn 1 of at most {turns}…", time.monotonic()
+            while True:
+                try:
+                    event = events.get(timeout=TICK_S)
+                except queue.Empty:         # an update a second: a client gone is noticed
+                    yield [live, {}, f"{line} {time.monotonic() - t0:.0f} s"]
+                    continue
+                if event[0] == "end":
+                    break
                 _, call, result = event
                 k = len(runner.results)
                 live += tool_messages(k, call, result)
-                yield [live, {}, f"Turn {k + 1} of at most {turns}… (called {call_line(call)})"]
+                line = f"Turn {k + 1} of at most {turns}… (called {call_line(call)})"
+                yield [live, {}, line]
         finally:
             runner.stop.set()
             thread.join()

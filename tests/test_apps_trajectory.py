@@ -116,9 +116,9 @@ def test_each_tool_result_shows_as_it_comes_back_and_a_raising_tool_is_the_error
         cctx, tmp_path):
     updates = list(tools_tab.run(cctx, cctx.info.examples[0].audios[0],
                                  cctx.info.examples[0].prompt, max_new_tokens=48))
-    assert [u[2].split("…")[0] for u in updates[:-1]] == ["Turn 1 of at most 2",
-                                                            "Turn 2 of at most 2"]
-    live = updates[1][0]                       # before the last turn is written: the clip
+    lines = [u[2].split("…")[0] for u in updates[:-1]]
+    assert list(dict.fromkeys(lines)) == ["Turn 1 of at most 2", "Turn 2 of at most 2"]
+    live = updates[lines.index("Turn 2 of at most 2")][0]     # before the answer: the clip
     assert "→ audio" in live[-2]["metadata"]["title"] and live[-1]["role"] == "assistant"
     assert updates[-1][2].startswith("✓ done")
     tool = tmp_path / "broken.py"
@@ -149,3 +149,22 @@ def test_a_model_without_a_call_and_bad_input_are_said(policy, shapes_dir):
     assert "Type a question" in list(tools_tab.run(ctx, image, " "))[-1][2]
     none = DemoContext()
     assert "No model is loaded" in list(tools_tab.run(none, image, "How many?"))[-1][2]
+
+
+def test_a_client_that_leaves_runs_no_tool_after_it(cctx, tmp_path):
+    """Closing the handler (what Gradio does when the page goes) before the first turn ends:
+    that turn is the last, its call is never run, and the model is free for the next ask."""
+    tool = tmp_path / "counted.py"
+    calls = tmp_path / "calls.txt"
+    tool.write_text(f"def clip(example, t0, t1):\n    open({str(calls)!r}, 'a').write('x')\n"
+                    "    return 'nothing'\n")
+    config = {**cctx.info.config, "rollout": {"tools": [{"name": f"{tool}:clip"}],
+                                              "max_turns": 2}}
+    counted = dataclasses.replace(cctx, info=dataclasses.replace(cctx.info, config=config))
+    ex = cctx.info.examples[0]
+    handler = tools_tab.run(counted, ex.audios[0], ex.prompt, max_new_tokens=48)
+    assert next(handler)[2].startswith("Turn 1 of at most 2")
+    handler.close()
+    assert not calls.exists() and not cctx.lock.locked()
+    *_, status = list(tools_tab.run(counted, ex.audios[0], ex.prompt, max_new_tokens=48))[-1]
+    assert status.startswith("✓ done: 2 turns, 1 tool call") and calls.read_text() == "x"

@@ -1,4 +1,4 @@
-"""The Python API under torchrun: a script that builds its dataset in memory and calls
+"""The Python API under torchrun: a script that builds its rows in memory and calls
 `GRPOTrainer(..., args=GRPOConfig(...)).train()`, started as `torchrun --nproc_per_node 2`
 (gloo, CPU), trains as `torchrun ... mmrlvr train` does (tests/test_multiprocess.py): rank 0
 alone writes the run's data, the ranks score disjoint prompts each step and end with the same
@@ -17,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = '''
 import json, os, sys
-import datasets
 from PIL import Image
 from mmrlvr import GRPOConfig, GRPOTrainer
 
@@ -26,13 +25,18 @@ def traced(completions, qid, **kwargs):        # TRL's convention; notes which r
         fh.writelines(q + "\\n" for q in qid)
     return [min(len(c), 20) / 20 for c in completions]
 
+class Rows(list):                                # a list of row dicts that notes who reads it
+    def __iter__(self):
+        with open(os.environ["MMRLVR_TRACE"] + ".read" + os.environ["RANK"], "a") as fh:
+            fh.write("read\\n")
+        return super().__iter__()
+
 if __name__ == "__main__":
     model, out = sys.argv[1:3]
     n = 8
-    ds = datasets.Dataset.from_dict({
-        "prompt": [f"<image>How many squares? ({i})" for i in range(n)],
-        "image": [Image.new("RGB", (56, 56), (30 * i, 100, 200 - 20 * i)) for i in range(n)],
-        "solution": [str(i % 3 + 1) for i in range(n)], "qid": [f"q{i}" for i in range(n)]})
+    ds = Rows({"prompt": f"<image>How many squares? ({i})", "solution": str(i % 3 + 1),
+               "image": Image.new("RGB", (56, 56), (30 * i, 100, 200 - 20 * i)), "qid": f"q{i}"}
+              for i in range(n))
     args = GRPOConfig(output_dir=out, per_device_train_batch_size=4, num_generations=2,
                       max_steps=2, max_completion_length=6, learning_rate=1e-3, seed=5,
                       report_to="none", use_cpu=True)
@@ -62,7 +66,8 @@ def test_a_grpo_trainer_script_under_torchrun_trains_its_ranks_in_step(tmp_path,
     assert ranks[1] == {"summary": {}, "logged": [], "batch_prompts": 4}   # rank 0's alone
     assert ranks[0]["logged"] == [1, 2] == [r["step"] for r in read_metrics(run / "metrics.jsonl")]
     rows = (run / "data" / "train.jsonl").read_text().splitlines()
-    assert [json.loads(r)["qid"] for r in rows] == [f"q{i}" for i in range(8)]   # written once
+    assert [json.loads(r)["qid"] for r in rows] == [f"q{i}" for i in range(8)]
+    assert Path(f"{trace}.read0").is_file() and not Path(f"{trace}.read1").exists()  # rank 0 wrote
     scored = {r: Path(f"{trace}.{r}").read_text().split() for r in (0, 1)}
     G, per_rank = 2, 2
     for step in range(2):

@@ -33,6 +33,8 @@ from mmrlvr.tools import Tool, ToolRunner, build_runner
 
 BUILTIN = {"vision": {"name": "zoom"}, "audio": {"name": "clip"}}
 """The tool a model gets when its run configures none: one on its own medium."""
+MAX_RECORDING_S = 600.0
+"""Longest uploaded recording (a tool's audio result may be as long: `mmrlvr.tools.runner`)."""
 MAX_TURNS = 6
 MAX_NEW_TOKENS = 512
 """Caps on the sliders (and on what a client may send): the page waits a turn at most."""
@@ -154,6 +156,28 @@ def turn_messages(traj: Any, watched: list[tuple[Any, Any]], example: Example
     return out
 
 
+def recording_seconds(path: Any) -> float:
+    """An uploaded recording's length, or a UserError: unlike Audio QA's clip it may outlast the
+    model's window (what `clip` is for), up to `MAX_RECORDING_S`."""
+    import warnings
+
+    from mmrlvr.data import DataError, read_audio
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            samples = read_audio(str(path), 16000, sample="upload")
+    except DataError as err:
+        raise UserError(f"{Path(str(path)).name} cannot be used as audio: "
+                        f"{str(err).split(': ', 2)[-1]}. Upload a WAV, FLAC, MP3 or OGG clip."
+                        ) from None
+    seconds = samples.size / 16000
+    if seconds > MAX_RECORDING_S:
+        raise UserError(f"The recording is {seconds:.0f} s long; the tools take at most "
+                        f"{MAX_RECORDING_S:.0f} s — trim it.")
+    return seconds
+
+
 def check_media(ctx: DemoContext, media: Any) -> tuple[list[str], list[str], str]:
     """(images, audios, note) of an upload for the loaded model's medium; the file as given:
     the tools read it at the resolution stored (the prompt gets it resized or cut)."""
@@ -162,11 +186,8 @@ def check_media(ctx: DemoContext, media: Any) -> tuple[list[str], list[str], str
     if not media or not Path(str(media)).is_file():
         raise UserError("Upload an image or a clip first (or click an example).")
     if ctx.modality == "audio":
-        from apps.audio_tab import check_audio
-
-        rate, samples = check_audio(str(media))
+        seconds = recording_seconds(media)
         window = ctx.policy.processor.feature_extractor.chunk_length
-        seconds = samples.size / rate
         note = (f"*the model hears the first {window:g} s of this {seconds:.1f} s clip*"
                 if seconds > window else "")
         return [], [str(media)], note

@@ -133,6 +133,10 @@ def test_each_tool_result_shows_as_it_comes_back_and_a_raising_tool_is_the_error
     assert len(traj["turns"]) == 2 and status.startswith("✓ done: 2 turns, 1 tool call")
     shown = [m for m in chat if "→ error" in ((m.get("metadata") or {}).get("title") or "")]
     assert len(shown) == 1 and f"error: {error}" in shown[0]["content"]
+    fake = tmp_path / "fake.wav"
+    fake.write_text("hello")
+    status = list(tools_tab.run(cctx, str(fake), "What?"))[-1][2]
+    assert status.startswith("⚠ fake.wav cannot be used as audio"), status
 
 
 def test_a_model_without_a_call_and_bad_input_are_said(policy, shapes_dir):

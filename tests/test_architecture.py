@@ -30,7 +30,7 @@ LAYERS = {
     "mmrlvr.stress": 5, "mmrlvr.tiny": 5, "mmrlvr.tasks": 5, "mmrlvr.translate": 5,
     "mmrlvr.compare": 5, "mmrlvr.audit": 5,
     "mmrlvr.cli": 6, "mmrlvr.cli_args": 6, "mmrlvr.cli_check": 6, "mmrlvr.api": 6, "mmrlvr.api_data": 6,
-    "mmrlvr.api_rewards": 6, "mmrlvr.api_eval": 6, "apps": 6,
+    "mmrlvr.api_rewards": 6, "mmrlvr.api_eval": 6, "mmrlvr.api_config": 6, "apps": 6,
 }
 FACADE = ("mmrlvr", "mmrlvr.api")
 """The one upward import allowed: the package root re-exports the Python API (`from mmrlvr import

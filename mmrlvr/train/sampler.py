@@ -7,7 +7,7 @@ one with state `state_dict()`/`load_state_dict()`, both called by the trainer wh
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -18,7 +18,18 @@ SAMPLERS = Registry("prompt sampler")
 -> sampler`, registered by the methods that bring one (`mmrlvr.methods.difficulty`)."""
 
 
-def make_sampler(name: str, train_data: Any, seed: int, options: dict[str, Any]) -> Any:
+class Sampler(Protocol):
+    """What the trainer asks of a prompt sampler (`observe`, `state_dict` and `load_state_dict`
+    are optional: called where present)."""
+
+    cursor: int
+    """Prompts drawn so far (saved with each checkpoint)."""
+
+    def next(self, k: int) -> list[int]:
+        """The next `k` dataset indices."""
+
+
+def make_sampler(name: str, train_data: Any, seed: int, options: dict[str, Any]) -> Sampler:
     """`uniform`: the seeded permutations (no options); else the registered sampler."""
     if name == "uniform":
         return PromptSampler(len(train_data), seed)

@@ -19,11 +19,14 @@ import torch
 
 import modalities
 from mmrlvr import objectives as objectives_mod
+from mmrlvr.objectives import Objective
 from mmrlvr.config import (Config, ConfigError, DataConfig, check_model_path, eval_sets,
                            resolve_model_defaults, save_config, to_dict)
 from mmrlvr.data import Example, LoadReport, load_split
 from mmrlvr.algo import shaping
+from mmrlvr.algo.shaping import Shaper
 from mmrlvr.rollout import make_engine
+from mmrlvr.rollout.base import RolloutEngine
 from mmrlvr.rollout.multiturn import with_tools
 from mmrlvr.train import parallel
 from mmrlvr.train.async_rollout import Prefetcher
@@ -31,10 +34,11 @@ from mmrlvr.train.lengths import prompt_budget
 from mmrlvr.train.checkpoint import latest_checkpoint, load_sharded, load_trainer_state, set_rng_state
 from mmrlvr.train.parallel import Dist, LaunchError
 from mmrlvr.train.policy import Policy, bf16_update_warning, load_model
-from mmrlvr.train.rundir import RunDirError, claim
+from mmrlvr.train.rundir import RunDirError, RunLock, claim
 from mmrlvr.train import sampler as sampler_mod
+from mmrlvr.train.sampler import Sampler
 from mmrlvr.train.options import check_plugins
-from rewards import DATA_CHECKS, build_combined
+from rewards import DATA_CHECKS, Combined, build_combined
 
 
 def seed_everything(seed: int) -> None:
@@ -84,24 +88,27 @@ class Run:
     cfg: Config
     dist: Dist
     policy: Policy
-    engine: Any
-    reward: Any
-    objectives: list
+    engine: RolloutEngine
+    """The HF or vLLM engine (`rollout.backend`), wrapped for tools when `rollout.tools` is set."""
+    reward: Combined
+    objectives: list[tuple[float, Objective]]
+    """(weight, objective) per `objectives` entry."""
     optimizer: torch.optim.Optimizer
-    scheduler: Any
-    train_data: list
-    eval_data: list
-    sampler: Any
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    train_data: Sequence[Example]
+    eval_data: Sequence[Example]
+    sampler: Sampler
     """`PromptSampler`, or the sampler `train.sampler` names (`mmrlvr.train.sampler`)."""
     ref_model: torch.nn.Module | None
     run_dir: Path
     report: LoadReport
-    shapers: list = field(default_factory=list)
-    lock: Any = None
-    skips: Skips = None
-    extra_evals: dict[str, list] = field(default_factory=dict)
+    shapers: list[Shaper] = field(default_factory=list)
+    lock: RunLock | None = None
+    """The run dir's lock (main process only)."""
+    skips: Skips = field(default_factory=Skips)
+    extra_evals: dict[str, Sequence[Example]] = field(default_factory=dict)
     """The `data.eval` sets after the first, by name (`eval_data` is the first)."""
-    prefetch: Any = None
+    prefetch: Prefetcher | None = None
     """`train.async_rollouts: one_step_off`: the behaviour copy and the batch in flight
     (`mmrlvr.train.async_rollout.Prefetcher`); None: every step generates its own batch."""
 
@@ -206,7 +213,7 @@ def load_eval_sets(data_cfg: DataConfig, budget=None) -> list[tuple[str, Sequenc
 
 
 def claim_run_dir(d: Dist, run_dir: Path, cfg: Config, resume: bool = False,
-                  overwrite: bool = False, force: bool = False):
+                  overwrite: bool = False, force: bool = False) -> RunLock | None:
     """Rank 0 locks the run dir (`mmrlvr.train.rundir`); every rank raises the same error if it may
     not be written. Returns the lock (None on other ranks)."""
     lock, error = None, None
@@ -241,7 +248,7 @@ def build_run(cfg: Config, resume: bool = False, overwrite: bool = False,
         raise
 
 
-def make_sampler(cfg: Config, train_data) -> Any:
+def make_sampler(cfg: Config, train_data) -> Sampler:
     """`train.sampler`: the uniform order, or a registered sampler (`mmrlvr.train.sampler`)."""
     return sampler_mod.make_sampler(cfg.train.sampler, train_data, cfg.train.seed,
                                     cfg.train.sampler_options)

@@ -1,6 +1,7 @@
 """What the newer tiny families (`qwen3_vl`, `gemma3`, `qwen3_omni`, `internvl`, ...) share: the
 seeded save with any family's generation ids, the `TINY.md` / `tiny.json` card, the Qwen3 decoder
-keyword arguments and the registration of a tokenizer's named special tokens.
+keyword arguments, the SigLIP tower's keyword arguments and the registration of a tokenizer's named
+special tokens.
 
 The first families (`vision`, `audio`) keep their own code paths so their bytes never change;
 `mmrlvr.tiny.tokenizer.instantiate_and_save` is the Qwen special case of `save_seeded`.
@@ -64,6 +65,14 @@ def interleaved_mrope_section(head_dim: int) -> list[int]:
     half = head_dim // 2
     h = (half * 5) // 16
     return [half - 2 * h, h, h]
+
+
+def siglip_vision_config(*, vision_width: int, vision_depth: int, image_size: int, patch_size: int) -> dict:
+    """A tiny SigLIP tower's keyword arguments (head dim 16, MLP twice as wide), shared by the SigLIP families."""
+    return dict(
+        hidden_size=vision_width, intermediate_size=2 * vision_width, num_hidden_layers=vision_depth,
+        num_attention_heads=vision_width // 16, num_channels=3, image_size=image_size,
+        patch_size=patch_size, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6)
 
 
 def write_card(out: Path, kind: str, model, processor, tok, seed: int, *, builder: str, body: str,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmrlvr.tiny.common import save_seeded, set_named_tokens, write_card
+from mmrlvr.tiny.common import save_seeded, set_named_tokens, siglip_vision_config, write_card
 from mmrlvr.tiny.tokenizer import TINY_MAX_NEW_TOKENS, build_tokenizer
 
 GEMMA3_SPECIAL_TOKENS: tuple[str, ...] = (
@@ -73,6 +73,49 @@ GEMMA3_CHAT_TEMPLATE: str = r"""{{ bos_token }}
 """
 
 
+def _check_geometry(hidden_size: int, num_heads: int, vision_width: int, image_size: int, patch_size: int,
+                    mm_tokens_per_image: int) -> int:
+    """Reject sizes the model cannot take; the patch grid's side."""
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
+    if vision_width % 16:
+        raise ValueError("vision_width must be a multiple of 16 (vision head dim 16)")
+    side = image_size // patch_size
+    per_side = round(mm_tokens_per_image ** 0.5)
+    if image_size % patch_size or per_side ** 2 != mm_tokens_per_image or side % per_side:
+        raise ValueError(f"image_size {image_size} / patch_size {patch_size} must give a square patch grid "
+                         f"that {mm_tokens_per_image} (a square) tokens pool evenly")
+    return side
+
+
+def _gemma3_processor(tok, image_size: int, mm_tokens_per_image: int):
+    """`Gemma3Processor` over `tok`: every image resized to one `image_size` square."""
+    from transformers import Gemma3ImageProcessor, Gemma3Processor
+
+    image_processor = Gemma3ImageProcessor(
+        size={"height": image_size, "width": image_size}, image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5], resample=2, do_pan_and_scan=None)
+    return Gemma3Processor(image_processor=image_processor, tokenizer=tok,
+                           chat_template=GEMMA3_CHAT_TEMPLATE, image_seq_length=mm_tokens_per_image)
+
+
+def _gemma3_text_config(tok, *, hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int,
+                        intermediate_size: int, sliding_window: int) -> dict:
+    """The Gemma 3 decoder's keyword arguments: sliding-window layers, every `num_layers`-th global."""
+    ids = tok.convert_tokens_to_ids
+    head_dim = hidden_size // num_heads
+    return dict(
+        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+        head_dim=head_dim, query_pre_attn_scalar=head_dim, hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=4096, rms_norm_eps=1e-6, sliding_window=sliding_window,
+        layer_types=["full_attention" if (i + 1) % num_layers == 0 else "sliding_attention"
+                     for i in range(num_layers)],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
+        bos_token_id=ids("<bos>"), eos_token_id=ids("<eos>"), pad_token_id=ids("<pad>"), dtype="float32")
+
+
 def build_tiny_gemma3(
     out_dir: str | Path,
     *,
@@ -93,46 +136,25 @@ def build_tiny_gemma3(
 ) -> Path:
     """A tiny random-weight Gemma 3 model dir in `out_dir` (every `num_layers`-th layer global,
     the others sliding-window, as the real 5:1 pattern ends each group with a global layer)."""
-    from transformers import Gemma3Config, Gemma3ImageProcessor, Gemma3Processor
+    from transformers import Gemma3Config
     from transformers import Gemma3ForConditionalGeneration as model_cls
 
-    if hidden_size % num_heads:
-        raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
-    if vision_width % 16:
-        raise ValueError("vision_width must be a multiple of 16 (vision head dim 16)")
-    side = image_size // patch_size
-    per_side = round(mm_tokens_per_image ** 0.5)
-    if image_size % patch_size or per_side ** 2 != mm_tokens_per_image or side % per_side:
-        raise ValueError(f"image_size {image_size} / patch_size {patch_size} must give a square patch grid "
-                         f"that {mm_tokens_per_image} (a square) tokens pool evenly")
+    side = _check_geometry(hidden_size, num_heads, vision_width, image_size, patch_size, mm_tokens_per_image)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(None, extra_corpus, vocab_target, GEMMA3_SPECIAL_TOKENS,
                           chat_template=GEMMA3_CHAT_TEMPLATE, eos_token="<eos>", pad_token="<pad>",
                           bos_token="<bos>", unk_token="<unk>", add_bos_token=True)
     set_named_tokens(tok, GEMMA3_TOKEN_ROLES)
-    image_processor = Gemma3ImageProcessor(
-        size={"height": image_size, "width": image_size}, image_mean=[0.5, 0.5, 0.5],
-        image_std=[0.5, 0.5, 0.5], resample=2, do_pan_and_scan=None)
-    processor = Gemma3Processor(image_processor=image_processor, tokenizer=tok,
-                                chat_template=GEMMA3_CHAT_TEMPLATE, image_seq_length=mm_tokens_per_image)
+    processor = _gemma3_processor(tok, image_size, mm_tokens_per_image)
     ids = tok.convert_tokens_to_ids
-    head_dim = hidden_size // num_heads
-    text = dict(
-        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
-        head_dim=head_dim, query_pre_attn_scalar=head_dim, hidden_activation="gelu_pytorch_tanh",
-        max_position_embeddings=4096, rms_norm_eps=1e-6, sliding_window=sliding_window,
-        layer_types=["full_attention" if (i + 1) % num_layers == 0 else "sliding_attention"
-                     for i in range(num_layers)],
-        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                         "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
-        bos_token_id=ids("<bos>"), eos_token_id=ids("<eos>"), pad_token_id=ids("<pad>"), dtype="float32")
-    vision = dict(
-        model_type="siglip_vision_model", hidden_size=vision_width, intermediate_size=2 * vision_width,
-        num_hidden_layers=vision_depth, num_attention_heads=vision_width // 16, num_channels=3,
-        image_size=image_size, patch_size=patch_size, hidden_act="gelu_pytorch_tanh",
-        layer_norm_eps=1e-6, vision_use_head=False)
+    text = _gemma3_text_config(tok, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                               num_kv_heads=num_kv_heads, intermediate_size=intermediate_size,
+                               sliding_window=sliding_window)
+    vision = dict(model_type="siglip_vision_model",
+                  **siglip_vision_config(vision_width=vision_width, vision_depth=vision_depth,
+                                         image_size=image_size, patch_size=patch_size),
+                  vision_use_head=False)
     config = Gemma3Config(
         text_config=text, vision_config=vision, mm_tokens_per_image=mm_tokens_per_image,
         boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmrlvr.tiny.common import save_seeded, set_named_tokens, write_card
+from mmrlvr.tiny.common import save_seeded, set_named_tokens, siglip_vision_config, write_card
 from mmrlvr.tiny.text import text_config
 from mmrlvr.tiny.tokenizer import TINY_MAX_NEW_TOKENS, build_tokenizer
 
@@ -45,6 +45,30 @@ LLAVA_OV_CHAT_TEMPLATE: str = (
     "{{'<|im_end|>'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
+def _llava_processor(tok, *, crop_size: int, pinpoints: list[list[int]], tokens_per_crop: int):
+    """`LlavaOnevisionProcessor` over `tok`: AnyRes `crop_size` crops on the grids of `pinpoints`."""
+    from transformers import LlavaOnevisionImageProcessor, LlavaOnevisionProcessor, LlavaOnevisionVideoProcessor
+
+    pix = dict(size={"height": crop_size, "width": crop_size}, image_mean=[0.5, 0.5, 0.5],
+               image_std=[0.5, 0.5, 0.5])
+    return LlavaOnevisionProcessor(
+        image_processor=LlavaOnevisionImageProcessor(image_grid_pinpoints=pinpoints, do_pad=True, **pix),
+        tokenizer=tok, video_processor=LlavaOnevisionVideoProcessor(**pix),
+        num_image_tokens=tokens_per_crop, vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9", chat_template=LLAVA_OV_CHAT_TEMPLATE)
+
+
+def _card_body(info: dict, one: int) -> str:
+    """The `TINY.md` paragraph on this model's sizes and image tokens (`info`: the builder's options)."""
+    tokens_per_crop, max_grid = info["tokens_per_crop"], info["max_grid"]
+    return (f"Text (Qwen2) hidden {info['hidden_size']}, {info['num_layers']} layers, {info['num_heads']} "
+            f"heads / {info['num_kv_heads']} KV heads, 1-D RoPE; SigLIP vision depth {info['vision_depth']}, "
+            f"width {info['vision_width']}. AnyRes: {info['crop_size']} px crops on grids up to "
+            f"{max_grid}x{max_grid} plus the base crop, {tokens_per_crop} tokens a crop, unpadded, one "
+            f"newline a row: a lone 112 px image gives {one} `<image>` tokens; in a prompt with several "
+            f"images each gives {tokens_per_crop + 1}.")
+
+
 def build_tiny_llava_onevision(
     out_dir: str | Path,
     *,
@@ -64,12 +88,7 @@ def build_tiny_llava_onevision(
 ) -> Path:
     """A tiny random-weight LLaVA-OneVision model dir in `out_dir` (crops of `crop_size` px on
     grids of up to `max_grid` x `max_grid`)."""
-    from transformers import (
-        LlavaOnevisionConfig,
-        LlavaOnevisionImageProcessor,
-        LlavaOnevisionProcessor,
-        LlavaOnevisionVideoProcessor,
-    )
+    from transformers import LlavaOnevisionConfig
     from transformers import LlavaOnevisionForConditionalGeneration as model_cls
 
     if vision_width % 16:
@@ -84,22 +103,15 @@ def build_tiny_llava_onevision(
     tok = build_tokenizer(None, extra_corpus, vocab_target, LLAVA_OV_SPECIAL_TOKENS,
                           chat_template=LLAVA_OV_CHAT_TEMPLATE)
     set_named_tokens(tok, {"image_token": "<image>", "video_token": "<video>"})
-    pix = dict(size={"height": crop_size, "width": crop_size}, image_mean=[0.5, 0.5, 0.5],
-               image_std=[0.5, 0.5, 0.5])
-    processor = LlavaOnevisionProcessor(
-        image_processor=LlavaOnevisionImageProcessor(image_grid_pinpoints=pinpoints, do_pad=True, **pix),
-        tokenizer=tok, video_processor=LlavaOnevisionVideoProcessor(**pix),
-        num_image_tokens=tokens_per_crop, vision_feature_select_strategy="full",
-        vision_aspect_ratio="anyres_max_9", chat_template=LLAVA_OV_CHAT_TEMPLATE)
+    processor = _llava_processor(tok, crop_size=crop_size, pinpoints=pinpoints, tokens_per_crop=tokens_per_crop)
     text = dict(model_type="qwen2", **text_config(
         tok, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
         num_kv_heads=num_kv_heads, intermediate_size=intermediate_size, mrope=False,
         use_sliding_window=False, max_window_layers=num_layers))
-    vision = dict(
-        model_type="siglip_vision_model", hidden_size=vision_width, intermediate_size=2 * vision_width,
-        num_hidden_layers=vision_depth, num_attention_heads=vision_width // 16, num_channels=3,
-        image_size=crop_size, patch_size=patch_size, hidden_act="gelu_pytorch_tanh",
-        layer_norm_eps=1e-6, vision_use_head=False)
+    vision = dict(model_type="siglip_vision_model",
+                  **siglip_vision_config(vision_width=vision_width, vision_depth=vision_depth,
+                                         image_size=crop_size, patch_size=patch_size),
+                  vision_use_head=False)
     ids = tok.convert_tokens_to_ids
     config = LlavaOnevisionConfig(
         text_config=text, vision_config=vision, image_token_index=ids("<image>"),
@@ -110,20 +122,16 @@ def build_tiny_llava_onevision(
     model = save_seeded(model_cls, config, processor, out, seed, bos_token_id=eot,
                         eos_token_id=[im_end, eot], pad_token_id=eot, max_new_tokens=TINY_MAX_NEW_TOKENS)
     one = processor._get_num_multimodal_tokens(image_sizes=[(112, 112)])["num_image_tokens"][0]
+    info = dict(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                num_kv_heads=num_kv_heads, intermediate_size=intermediate_size,
+                vision_depth=vision_depth, vision_width=vision_width, crop_size=crop_size,
+                patch_size=patch_size, max_grid=max_grid, tokens_per_crop=tokens_per_crop,
+                vocab_target=vocab_target)
     write_card(
         out, "llava-onevision", model, processor, tok, seed,
         builder="mmrlvr.tiny.llava_onevision.build_tiny_llava_onevision",
-        body=(f"Text (Qwen2) hidden {hidden_size}, {num_layers} layers, {num_heads} heads / {num_kv_heads} "
-              f"KV heads, 1-D RoPE; SigLIP vision depth {vision_depth}, width {vision_width}. AnyRes: "
-              f"{crop_size} px crops on grids up to {max_grid}x{max_grid} plus the base crop, "
-              f"{tokens_per_crop} tokens a crop, unpadded, one newline a row: a lone 112 px image "
-              f"gives {one} `<image>` tokens; in a prompt with several images each gives "
-              f"{tokens_per_crop + 1}."),
+        body=_card_body(info, one),
         load="Load it with `AutoProcessor.from_pretrained(DIR)` and "
              "`AutoModelForImageTextToText.from_pretrained(DIR)`.",
-        info=dict(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
-                  num_kv_heads=num_kv_heads, intermediate_size=intermediate_size,
-                  vision_depth=vision_depth, vision_width=vision_width, crop_size=crop_size,
-                  patch_size=patch_size, max_grid=max_grid, tokens_per_crop=tokens_per_crop,
-                  vocab_target=vocab_target))
+        info=info)
     return out

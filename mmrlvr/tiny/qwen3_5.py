@@ -141,6 +141,48 @@ QWEN3_5_CHAT_TEMPLATE: str = """{%- set image_count = namespace(value=0) %}
 QWEN3_5_KINDS: tuple[str, ...] = ("qwen3.5", "qwen3.5-moe")
 
 
+def _layer_types(num_layers: int, full_attention_interval: int) -> list[str]:
+    """Linear attention everywhere but every `full_attention_interval`-th layer (at least one full)."""
+    full_attention_interval = min(full_attention_interval, num_layers)  # at least one full layer
+    return ["full_attention" if (i + 1) % full_attention_interval == 0 else "linear_attention"
+            for i in range(num_layers)]
+
+
+def _qwen3_5_text_config(tok, *, moe: bool, hidden_size: int, num_layers: int, num_heads: int,
+                         num_kv_heads: int, intermediate_size: int, layer_types: list[str],
+                         num_experts: int, num_experts_per_tok: int, moe_intermediate_size: int) -> dict:
+    """The hybrid decoder's keyword arguments: Gated DeltaNet and gated full attention, M-RoPE [2, 1, 1]
+    on a quarter of each head, with `moe` a sparse block (and a shared expert) in every layer."""
+    head_dim = hidden_size // num_heads
+    text = qwen3_text_config(
+        tok, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
+        intermediate_size=intermediate_size, rope_theta=10000000.0, mrope_section=[2, 1, 1],
+        layer_types=layer_types, linear_conv_kernel_dim=4, linear_key_head_dim=head_dim,
+        linear_value_head_dim=head_dim, linear_num_key_heads=max(1, num_heads // 2),
+        linear_num_value_heads=num_heads,
+        **(dict(num_experts=num_experts, num_experts_per_tok=num_experts_per_tok,
+                moe_intermediate_size=moe_intermediate_size,
+                shared_expert_intermediate_size=moe_intermediate_size) if moe else {}))
+    if moe:
+        text.pop("intermediate_size")      # every layer is sparse; the MoE config has no dense width
+    text["rope_parameters"]["partial_rotary_factor"] = 0.25
+    if 2 * sum(text["rope_parameters"]["mrope_section"]) != head_dim // 4:
+        raise ValueError(f"head_dim {head_dim}: the [2, 1, 1] M-RoPE split needs 32-wide heads")
+    return text
+
+
+def _card_body(info: dict, moe: bool, n112: int) -> str:
+    """The `TINY.md` paragraph on this model's sizes and image tokens (`info`: the builder's options)."""
+    moe_text = (f", MoE {info['num_experts']} experts top-{info['num_experts_per_tok']} of width "
+                f"{info['moe_intermediate_size']} + a shared expert" if moe else "")
+    return (f"Text hidden {info['hidden_size']}, {info['num_layers']} layers ({info['layer_types']}), "
+            f"{info['num_heads']} heads / {info['num_kv_heads']} KV heads{moe_text}, interleaved M-RoPE "
+            f"[2, 1, 1] on a quarter of each head; vision depth {info['vision_depth']}, width "
+            f"{info['vision_width']}, patch 16, merge 2. Images are resized to {info['min_pixels']}.."
+            f"{info['max_pixels']} pixels; a 112x112 image gives {n112} `<|image_pad|>` tokens. "
+            f"The generation prompt opens a `<think>` block, as Qwen3.5's does.")
+
+
 def build_tiny_qwen3_5(
     kind: str,
     out_dir: str | Path,
@@ -179,24 +221,12 @@ def build_tiny_qwen3_5(
     set_named_tokens(tok, QWEN3_OMNI_TOKEN_ROLES)
     processor = qwen3_vl_processor(tok, min_pixels=min_pixels, max_pixels=max_pixels,
                                    chat_template=QWEN3_5_CHAT_TEMPLATE)
-    head_dim = hidden_size // num_heads
-    full_attention_interval = min(full_attention_interval, num_layers)  # at least one full layer
-    layer_types = ["full_attention" if (i + 1) % full_attention_interval == 0 else "linear_attention"
-                   for i in range(num_layers)]
-    text = qwen3_text_config(
-        tok, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
-        intermediate_size=intermediate_size, rope_theta=10000000.0, mrope_section=[2, 1, 1],
-        layer_types=layer_types, linear_conv_kernel_dim=4, linear_key_head_dim=head_dim,
-        linear_value_head_dim=head_dim, linear_num_key_heads=max(1, num_heads // 2),
-        linear_num_value_heads=num_heads,
-        **(dict(num_experts=num_experts, num_experts_per_tok=num_experts_per_tok,
-                moe_intermediate_size=moe_intermediate_size,
-                shared_expert_intermediate_size=moe_intermediate_size) if moe else {}))
-    if moe:
-        text.pop("intermediate_size")      # every layer is sparse; the MoE config has no dense width
-    text["rope_parameters"]["partial_rotary_factor"] = 0.25
-    if 2 * sum(text["rope_parameters"]["mrope_section"]) != head_dim // 4:
-        raise ValueError(f"head_dim {head_dim}: the [2, 1, 1] M-RoPE split needs 32-wide heads")
+    layer_types = _layer_types(num_layers, full_attention_interval)
+    moe_sizes = dict(num_experts=num_experts, num_experts_per_tok=num_experts_per_tok,
+                     moe_intermediate_size=moe_intermediate_size)
+    text = _qwen3_5_text_config(
+        tok, moe=moe, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+        num_kv_heads=num_kv_heads, intermediate_size=intermediate_size, layer_types=layer_types, **moe_sizes)
     vision = qwen3_vl_vision_config(vision_depth=vision_depth, vision_width=vision_width,
                                     out_hidden_size=hidden_size)
     vision.pop("deepstack_visual_indexes")  # Qwen3.5's tower has no DeepStack
@@ -207,21 +237,15 @@ def build_tiny_qwen3_5(
         vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=True)
     model = instantiate_and_save(model_cls, config, tok, processor, out, seed)
     n112 = processor._get_num_multimodal_tokens(image_sizes=[(112, 112)])["num_image_tokens"][0]
-    moe_text = (f", MoE {num_experts} experts top-{num_experts_per_tok} of width "
-                f"{moe_intermediate_size} + a shared expert" if moe else "")
+    info = dict(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                num_kv_heads=num_kv_heads, intermediate_size=intermediate_size,
+                vision_depth=vision_depth, vision_width=vision_width, layer_types=layer_types,
+                min_pixels=min_pixels, max_pixels=max_pixels, vocab_target=vocab_target,
+                **(moe_sizes if moe else {}))
     write_card(
         out, kind, model, processor, tok, seed, builder="mmrlvr.tiny.qwen3_5.build_tiny_qwen3_5",
-        body=(f"Text hidden {hidden_size}, {num_layers} layers ({layer_types}), {num_heads} heads / "
-              f"{num_kv_heads} KV heads{moe_text}, interleaved M-RoPE [2, 1, 1] on a quarter of each head; vision "
-              f"depth {vision_depth}, width {vision_width}, patch 16, merge 2. Images are resized to "
-              f"{min_pixels}..{max_pixels} pixels; a 112x112 image gives {n112} `<|image_pad|>` tokens. "
-              f"The generation prompt opens a `<think>` block, as Qwen3.5's does."),
+        body=_card_body(info, moe, n112),
         load="Load it with `AutoProcessor.from_pretrained(DIR)` and "
              "`AutoModelForImageTextToText.from_pretrained(DIR)`.",
-        info=dict(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
-                  num_kv_heads=num_kv_heads, intermediate_size=intermediate_size,
-                  vision_depth=vision_depth, vision_width=vision_width, layer_types=layer_types,
-                  min_pixels=min_pixels, max_pixels=max_pixels, vocab_target=vocab_target,
-                  **(dict(num_experts=num_experts, num_experts_per_tok=num_experts_per_tok,
-                          moe_intermediate_size=moe_intermediate_size) if moe else {})))
+        info=info)
     return out

@@ -66,6 +66,55 @@ def _omni_template() -> str:
 QWEN3_OMNI_CHAT_TEMPLATE: str = _omni_template()
 
 
+def _omni_processor(tok, audio_window: int):
+    """`Qwen3OmniMoeProcessor` over `tok`: 16 px patches, merge 2, a Whisper window of `audio_window` s."""
+    from transformers import Qwen2VLImageProcessor, Qwen2VLVideoProcessor, Qwen3OmniMoeProcessor
+
+    pix = dict(patch_size=PATCH_SIZE, temporal_patch_size=2, merge_size=MERGE_SIZE,
+               image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+    size = {"shortest_edge": 64 * 64, "longest_edge": 128 * 128}
+    return Qwen3OmniMoeProcessor(
+        image_processor=Qwen2VLImageProcessor(size=size, **pix),
+        video_processor=Qwen2VLVideoProcessor(size=dict(size), **pix),
+        feature_extractor=_features(audio_window), tokenizer=tok, chat_template=QWEN3_OMNI_CHAT_TEMPLATE)
+
+
+def _omni_config(tok, text: dict, *, hidden_size: int, audio_layers: int, audio_width: int,
+                 audio_window: int):
+    """The thinker's `Qwen3OmniMoeThinkerConfig`: the audio encoder, one vision block, `text`, token ids."""
+    from transformers import Qwen3OmniMoeThinkerConfig
+
+    ids = tok.convert_tokens_to_ids
+    user = tok("user", add_special_tokens=False).input_ids
+    return Qwen3OmniMoeThinkerConfig(
+        audio_config=dict(num_mel_bins=128, encoder_layers=audio_layers,
+                          encoder_attention_heads=audio_width // 16, encoder_ffn_dim=2 * audio_width,
+                          d_model=audio_width, max_source_positions=50 * audio_window, n_window=50,
+                          n_window_infer=800, conv_chunksize=500, downsample_hidden_size=audio_width // 2,
+                          output_dim=hidden_size),
+        vision_config=qwen3_vl_vision_config(vision_depth=1, vision_width=32, out_hidden_size=hidden_size),
+        text_config=text, position_id_per_seconds=13,
+        audio_token_id=ids("<|audio_pad|>"), image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"), audio_start_token_id=ids("<|audio_start|>"),
+        audio_end_token_id=ids("<|audio_end|>"), vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        user_token_id=user[0] if len(user) == 1 else ids("<|im_start|>"),  # the talker's; unused here
+        tie_word_embeddings=True)
+
+
+def _card_body(info: dict, mrope_section: list[int]) -> str:
+    """The `TINY.md` paragraph on this thinker's sizes and audio tokens (`info`: the builder's options)."""
+    return (f"Text hidden {info['hidden_size']}, {info['num_layers']} layers, {info['num_heads']} heads / "
+            f"{info['num_kv_heads']} KV heads, MoE {info['num_experts']} experts "
+            f"top-{info['num_experts_per_tok']} of width {info['moe_intermediate_size']}, "
+            f"interleaved M-RoPE {mrope_section}; audio encoder {info['audio_layers']} "
+            f"layers, width {info['audio_width']}, 128 mel bins, a Whisper feature window of "
+            f"{info['audio_window']} s (the real model's is 30 s). The encoder downsamples each 1 s chunk "
+            f"of 100 mel frames 8x: a 1 s clip gives 13 `<|audio_pad|>` tokens between `<|audio_start|>` "
+            f"and `<|audio_end|>` (`_get_feat_extract_output_lengths`; Qwen2-Audio gives 25). This is the "
+            f"thinker only (text out).")
+
+
 def build_tiny_qwen3_omni(
     out_dir: str | Path,
     *,
@@ -85,12 +134,6 @@ def build_tiny_qwen3_omni(
     seed: int = 0,
 ) -> Path:
     """A tiny random-weight Qwen3-Omni thinker model dir in `out_dir`."""
-    from transformers import (
-        Qwen2VLImageProcessor,
-        Qwen2VLVideoProcessor,
-        Qwen3OmniMoeProcessor,
-        Qwen3OmniMoeThinkerConfig,
-    )
     from transformers import Qwen3OmniMoeThinkerForConditionalGeneration as model_cls
 
     if audio_width % 16:
@@ -100,13 +143,7 @@ def build_tiny_qwen3_omni(
     tok = build_tokenizer(None, extra_corpus, vocab_target, QWEN3_OMNI_SPECIAL_TOKENS,
                           chat_template=QWEN3_OMNI_CHAT_TEMPLATE)
     set_named_tokens(tok, QWEN3_OMNI_TOKEN_ROLES)
-    pix = dict(patch_size=PATCH_SIZE, temporal_patch_size=2, merge_size=MERGE_SIZE,
-               image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
-    size = {"shortest_edge": 64 * 64, "longest_edge": 128 * 128}
-    processor = Qwen3OmniMoeProcessor(
-        image_processor=Qwen2VLImageProcessor(size=size, **pix),
-        video_processor=Qwen2VLVideoProcessor(size=dict(size), **pix),
-        feature_extractor=_features(audio_window), tokenizer=tok, chat_template=QWEN3_OMNI_CHAT_TEMPLATE)
+    processor = _omni_processor(tok, audio_window)
     text = qwen3_text_config(
         tok, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
         intermediate_size=intermediate_size, rope_theta=1000000.0,
@@ -114,41 +151,21 @@ def build_tiny_qwen3_omni(
         num_experts_per_tok=num_experts_per_tok, moe_intermediate_size=moe_intermediate_size,
         decoder_sparse_step=1, norm_topk_prob=True)
     text["rope_parameters"]["interleaved"] = True  # the real config carries both spellings
-    ids = tok.convert_tokens_to_ids
-    user = tok("user", add_special_tokens=False).input_ids
-    config = Qwen3OmniMoeThinkerConfig(
-        audio_config=dict(num_mel_bins=128, encoder_layers=audio_layers,
-                          encoder_attention_heads=audio_width // 16, encoder_ffn_dim=2 * audio_width,
-                          d_model=audio_width, max_source_positions=50 * audio_window, n_window=50,
-                          n_window_infer=800, conv_chunksize=500, downsample_hidden_size=audio_width // 2,
-                          output_dim=hidden_size),
-        vision_config=qwen3_vl_vision_config(vision_depth=1, vision_width=32, out_hidden_size=hidden_size),
-        text_config=text, position_id_per_seconds=13,
-        audio_token_id=ids("<|audio_pad|>"), image_token_id=ids("<|image_pad|>"),
-        video_token_id=ids("<|video_pad|>"), audio_start_token_id=ids("<|audio_start|>"),
-        audio_end_token_id=ids("<|audio_end|>"), vision_start_token_id=ids("<|vision_start|>"),
-        vision_end_token_id=ids("<|vision_end|>"),
-        user_token_id=user[0] if len(user) == 1 else ids("<|im_start|>"),  # the talker's; unused here
-        tie_word_embeddings=True)
+    config = _omni_config(tok, text, hidden_size=hidden_size, audio_layers=audio_layers,
+                          audio_width=audio_width, audio_window=audio_window)
     model = instantiate_and_save(model_cls, config, tok, processor, out, seed)
+    info = dict(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                num_kv_heads=num_kv_heads, intermediate_size=intermediate_size, num_experts=num_experts,
+                num_experts_per_tok=num_experts_per_tok, moe_intermediate_size=moe_intermediate_size,
+                audio_layers=audio_layers, audio_width=audio_width, audio_window=audio_window,
+                vocab_target=vocab_target)
     write_card(
         out, "qwen3-omni", model, processor, tok, seed,
         builder="mmrlvr.tiny.qwen3_omni.build_tiny_qwen3_omni",
-        body=(f"Text hidden {hidden_size}, {num_layers} layers, {num_heads} heads / {num_kv_heads} KV heads, "
-              f"MoE {num_experts} experts top-{num_experts_per_tok} of width {moe_intermediate_size}, "
-              f"interleaved M-RoPE {text['rope_parameters']['mrope_section']}; audio encoder {audio_layers} "
-              f"layers, width {audio_width}, 128 mel bins, a Whisper feature window of {audio_window} s (the "
-              f"real model's is 30 s). The encoder downsamples each 1 s chunk of 100 mel frames 8x: a 1 s "
-              f"clip gives 13 `<|audio_pad|>` tokens between `<|audio_start|>` and `<|audio_end|>` "
-              f"(`_get_feat_extract_output_lengths`; Qwen2-Audio gives 25). This is the thinker only "
-              f"(text out)."),
+        body=_card_body(info, text["rope_parameters"]["mrope_section"]),
         load="Load it with `AutoProcessor.from_pretrained(DIR)` and "
              "`AutoModelForImageTextToText.from_pretrained(DIR)` (or "
              "`Qwen3OmniMoeThinkerForConditionalGeneration.from_pretrained(DIR)`, the class config.json "
              "names).",
-        info=dict(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
-                  num_kv_heads=num_kv_heads, intermediate_size=intermediate_size, num_experts=num_experts,
-                  num_experts_per_tok=num_experts_per_tok, moe_intermediate_size=moe_intermediate_size,
-                  audio_layers=audio_layers, audio_width=audio_width, audio_window=audio_window,
-                  vocab_target=vocab_target))
+        info=info)
     return out

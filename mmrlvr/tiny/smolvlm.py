@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmrlvr.tiny.common import save_seeded, set_named_tokens, write_card
+from mmrlvr.tiny.common import save_seeded, set_named_tokens, siglip_vision_config, write_card
 from mmrlvr.tiny.tokenizer import TINY_MAX_NEW_TOKENS, build_tokenizer
 
 MAX_GRID = 4
@@ -39,6 +39,47 @@ SMOLVLM_TOKEN_ROLES: dict[str, str] = {
     "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>",
     "video_token": "<video>"}
 """The named tokens `SmolVLMProcessor` reads off its tokenizer."""
+
+
+def _check_geometry(hidden_size: int, num_heads: int, vision_width: int, tile_size: int, patch_size: int,
+                    scale_factor: int, longest_edge: int) -> int:
+    """Reject sizes the model or the processor cannot take; a square's patch grid side."""
+    if vision_width % 16 or hidden_size % num_heads:
+        raise ValueError("vision_width must be a multiple of 16 and hidden_size of num_heads")
+    side = tile_size // patch_size
+    if tile_size % patch_size or side % scale_factor:
+        raise ValueError(f"tile_size {tile_size} / patch_size {patch_size} must give a patch grid "
+                         f"that scale_factor {scale_factor} divides")
+    if longest_edge % tile_size or longest_edge // tile_size > MAX_GRID:
+        raise ValueError(f"longest_edge {longest_edge} must be a multiple of tile_size {tile_size}, "
+                         f"at most {MAX_GRID} of them")
+    return side
+
+
+def _smolvlm_processor(tok, *, longest_edge: int, tile_size: int, image_seq_len: int, chat_template: str):
+    """`SmolVLMProcessor` over `tok`: images cut into `tile_size` squares plus the global image."""
+    from transformers import SmolVLMImageProcessor, SmolVLMProcessor, SmolVLMVideoProcessor
+
+    pix = dict(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+    return SmolVLMProcessor(
+        image_processor=SmolVLMImageProcessor(
+            size={"longest_edge": longest_edge}, max_image_size={"longest_edge": tile_size},
+            do_image_splitting=True, **pix),
+        tokenizer=tok, video_processor=SmolVLMVideoProcessor(
+            size={"longest_edge": tile_size}, max_image_size={"longest_edge": tile_size}, **pix),
+        image_seq_len=image_seq_len, chat_template=chat_template)
+
+
+def _llama_text_config(tok, *, hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int,
+                       intermediate_size: int, bos: int, eos: int, pad: int) -> dict:
+    """The Llama decoder's keyword arguments (1-D RoPE, theta 1e5, 8192 positions)."""
+    return dict(
+        model_type="llama", vocab_size=len(tok), hidden_size=hidden_size,
+        intermediate_size=intermediate_size, num_hidden_layers=num_layers, num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads, head_dim=hidden_size // num_heads, hidden_act="silu",
+        max_position_embeddings=8192, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+        bos_token_id=bos, eos_token_id=eos, pad_token_id=pad, dtype="float32")
 
 
 def build_tiny_smolvlm(
@@ -61,19 +102,12 @@ def build_tiny_smolvlm(
 ) -> Path:
     """A tiny random-weight SmolVLM model dir in `out_dir` (squares of `tile_size` px, images
     resized to a longest edge of `longest_edge`)."""
-    from transformers import SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor, SmolVLMVideoProcessor
+    from transformers import SmolVLMConfig
     from transformers import SmolVLMForConditionalGeneration as model_cls
     from transformers.models.smolvlm.processing_smolvlm import DEFAULT_CHAT_TEMPLATE
 
-    if vision_width % 16 or hidden_size % num_heads:
-        raise ValueError("vision_width must be a multiple of 16 and hidden_size of num_heads")
-    side = tile_size // patch_size
-    if tile_size % patch_size or side % scale_factor:
-        raise ValueError(f"tile_size {tile_size} / patch_size {patch_size} must give a patch grid "
-                         f"that scale_factor {scale_factor} divides")
-    if longest_edge % tile_size or longest_edge // tile_size > MAX_GRID:
-        raise ValueError(f"longest_edge {longest_edge} must be a multiple of tile_size {tile_size}, "
-                         f"at most {MAX_GRID} of them")
+    side = _check_geometry(hidden_size, num_heads, vision_width, tile_size, patch_size, scale_factor,
+                           longest_edge)
     image_seq_len = (side // scale_factor) ** 2
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -82,27 +116,15 @@ def build_tiny_smolvlm(
                           pad_token="<|im_end|>", bos_token="<|im_start|>", unk_token="<|endoftext|>",
                           model_max_length=8192)
     set_named_tokens(tok, SMOLVLM_TOKEN_ROLES)
-    pix = dict(image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
-    processor = SmolVLMProcessor(
-        image_processor=SmolVLMImageProcessor(
-            size={"longest_edge": longest_edge}, max_image_size={"longest_edge": tile_size},
-            do_image_splitting=True, **pix),
-        tokenizer=tok, video_processor=SmolVLMVideoProcessor(
-            size={"longest_edge": tile_size}, max_image_size={"longest_edge": tile_size}, **pix),
-        image_seq_len=image_seq_len, chat_template=DEFAULT_CHAT_TEMPLATE)
+    processor = _smolvlm_processor(tok, longest_edge=longest_edge, tile_size=tile_size,
+                                   image_seq_len=image_seq_len, chat_template=DEFAULT_CHAT_TEMPLATE)
     ids = tok.convert_tokens_to_ids
     bos, eos, pad = ids("<|im_start|>"), ids("<end_of_utterance>"), ids("<|im_end|>")
-    text = dict(
-        model_type="llama", vocab_size=len(tok), hidden_size=hidden_size,
-        intermediate_size=intermediate_size, num_hidden_layers=num_layers, num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads, head_dim=hidden_size // num_heads, hidden_act="silu",
-        max_position_embeddings=8192, rms_norm_eps=1e-5,
-        rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
-        bos_token_id=bos, eos_token_id=eos, pad_token_id=pad, dtype="float32")
-    vision = dict(
-        hidden_size=vision_width, intermediate_size=2 * vision_width, num_hidden_layers=vision_depth,
-        num_attention_heads=vision_width // 16, num_channels=3, image_size=tile_size,
-        patch_size=patch_size, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6)
+    text = _llama_text_config(tok, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                              num_kv_heads=num_kv_heads, intermediate_size=intermediate_size,
+                              bos=bos, eos=eos, pad=pad)
+    vision = siglip_vision_config(vision_width=vision_width, vision_depth=vision_depth,
+                                  image_size=tile_size, patch_size=patch_size)
     config = SmolVLMConfig(text_config=text, vision_config=vision, scale_factor=scale_factor,
                            image_token_id=ids("<image>"), pad_token_id=pad, tie_word_embeddings=False)
     model = save_seeded(model_cls, config, processor, out, seed, bos_token_id=bos, eos_token_id=eos,

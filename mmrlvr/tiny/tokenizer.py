@@ -143,6 +143,44 @@ def base_corpus() -> list[str]:
     return lines
 
 
+def _bpe_size(vocab_target: int, special_tokens: list[str], named: Sequence[str | None]) -> int:
+    """The BPE share of `vocab_target`, once every named token is checked to be among `special_tokens`."""
+    for t in named:
+        if t is not None and t not in special_tokens:
+            raise ValueError(f"{t!r} must be one of special_tokens")
+    n_bpe = vocab_target - len(special_tokens)
+    if n_bpe < 256:
+        raise ValueError(f"vocab_target {vocab_target} leaves {n_bpe} < 256 BPE tokens (the byte alphabet)")
+    return n_bpe
+
+
+def _train_bpe(n_bpe: int, special_tokens: list[str], extra_corpus: Sequence[str] | None):
+    """Qwen2's byte-level BPE recipe trained on `base_corpus()` + `extra_corpus`, specials appended."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tk = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tk.normalizer = normalizers.NFC()
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=n_bpe,
+        min_frequency=2,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
+    corpus = base_corpus() + list(extra_corpus or [])
+    tk.train_from_iterator(corpus, trainer=trainer, length=len(corpus))
+    tk.add_special_tokens([
+        AddedToken(t, special=True, normalized=False, single_word=False, lstrip=False, rstrip=False)
+        for t in special_tokens
+    ])
+    return tk
+
+
 def build_tokenizer(
     out_dir: str | Path | None = None,
     extra_corpus: Sequence[str] | None = None,
@@ -178,37 +216,11 @@ def build_tokenizer(
     Returns:
         the `PreTrainedTokenizerFast`; `len(tok)` is the size the model's embedding must have.
     """
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     special_tokens = list(dict.fromkeys(special_tokens))
-    for t in (eos_token, pad_token, bos_token, unk_token):
-        if t is not None and t not in special_tokens:
-            raise ValueError(f"{t!r} must be one of special_tokens")
-    n_bpe = vocab_target - len(special_tokens)
-    if n_bpe < 256:
-        raise ValueError(f"vocab_target {vocab_target} leaves {n_bpe} < 256 BPE tokens (the byte alphabet)")
-
-    tk = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
-    tk.normalizer = normalizers.NFC()
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(_QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=n_bpe,
-        min_frequency=2,
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=[],
-    )
-    corpus = base_corpus() + list(extra_corpus or [])
-    tk.train_from_iterator(corpus, trainer=trainer, length=len(corpus))
-    tk.add_special_tokens([
-        AddedToken(t, special=True, normalized=False, single_word=False, lstrip=False, rstrip=False)
-        for t in special_tokens
-    ])
+    n_bpe = _bpe_size(vocab_target, special_tokens, (eos_token, pad_token, bos_token, unk_token))
+    tk = _train_bpe(n_bpe, special_tokens, extra_corpus)
 
     tok = PreTrainedTokenizerFast(
         tokenizer_object=tk,

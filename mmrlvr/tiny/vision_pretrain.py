@@ -98,6 +98,63 @@ class Reader(torch.nn.Module):
         return [head(flat) for head in self.heads]
 
 
+def _batch_pixels(batch: list[Example], adapter: Any, processor: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch's pixel values and patch grids, loaded as training loads them; one grid for all."""
+    if batch[0].videos:        # clips sampled and resized as training does; the tower takes them as is
+        clips = [adapter.load_video(ex.videos[0], 0, ex, processor) for ex in batch]
+        out = processor.video_processor(videos=[c.frames for c in clips], return_tensors="pt",
+                                        **processor_video_kwargs(processor))
+        pv, grid = out["pixel_values_videos"], out["video_grid_thw"]
+    else:
+        images = [adapter.load_image(ex.images[0], ex, processor) for ex in batch]
+        out = processor.image_processor(images=images, return_tensors="pt")
+        pv, grid = out["pixel_values"], out["image_grid_thw"]
+    if not bool((grid == grid[0]).all()):
+        bad = next(ex.id for ex, g in zip(batch, grid) if not torch.equal(g, grid[0]))
+        raise DataError(f"sample {bad}: its medium makes a {tuple(grid[0].tolist())} patch grid "
+                        f"but others make another; vision pretraining needs one image size "
+                        f"(and one frame count)")
+    return pv, grid
+
+
+def _held_out_accuracy(reader: Reader, held: list[Example], y_held: torch.Tensor | None,
+                      space: dict[str, list[str]], pixels) -> dict[str, float]:
+    """Per slot, the share of `held` the reader gets right (empty without a held-out split)."""
+    if not held:
+        return {}
+    reader.eval()
+    right = torch.zeros(len(space))
+    with torch.no_grad():
+        for start in range(0, len(held), 64):
+            logits = reader(*pixels(held[start:start + 64]))
+            y = y_held[start:start + 64]
+            right += torch.stack([(lg.argmax(-1) == y[:, j]).float().sum()
+                                  for j, lg in enumerate(logits)])
+    reader.train()
+    return {slot: float(r) / len(held) for slot, r in zip(space, right)}
+
+
+def _train_reader(reader: Reader, rows: list[Example], y_train: torch.Tensor, pixels, *, steps: int,
+                 batch_size: int, lr: float, seed: int, progress: bool) -> float:
+    """`steps` Adam steps of mean per-slot cross-entropy on random batches; returns the seconds taken."""
+    from tqdm.auto import tqdm
+
+    opt = torch.optim.Adam(reader.parameters(), lr=lr)
+    rng = random.Random(f"vision-pretrain-{seed}")
+    bar = tqdm(range(1, steps + 1), desc="vision", disable=not progress)
+    t0 = time.perf_counter()
+    for _ in bar:
+        idx = rng.sample(range(len(rows)), min(batch_size, len(rows)))
+        logits = reader(*pixels([rows[i] for i in idx]))
+        y = y_train[idx]
+        loss = sum(F.cross_entropy(lg, y[:, j]) for j, lg in enumerate(logits)) / len(logits)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+    return time.perf_counter() - t0
+
+
 def pretrain_vision(model_dir: str | Path, train: str | Path, out_dir: str | Path, *,
                     eval_data: str | Path | None = None, eval_limit: int = 200, steps: int = 1000,
                     batch_size: int = 32, lr: float = 1e-3, seed: int = 0,
@@ -105,8 +162,6 @@ def pretrain_vision(model_dir: str | Path, train: str | Path, out_dir: str | Pat
                     video_fps: float = 2.0, max_frames: int = 16,
                     progress: bool = True) -> dict[str, Any]:
     """Train the vision tower of `model_dir` on `meta.vision_labels`; write the model to `out_dir`."""
-    from tqdm.auto import tqdm
-
     import modalities
     from mmrlvr.train.policy import load_model, load_processor
 
@@ -124,59 +179,18 @@ def pretrain_vision(model_dir: str | Path, train: str | Path, out_dir: str | Pat
     tower = vision_tower(model)
 
     def pixels(batch: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
-        if batch[0].videos:        # clips sampled and resized as training does; the tower takes them as is
-            clips = [adapter.load_video(ex.videos[0], 0, ex, processor) for ex in batch]
-            out = processor.video_processor(videos=[c.frames for c in clips], return_tensors="pt",
-                                            **processor_video_kwargs(processor))
-            pv, grid = out["pixel_values_videos"], out["video_grid_thw"]
-        else:
-            images = [adapter.load_image(ex.images[0], ex, processor) for ex in batch]
-            out = processor.image_processor(images=images, return_tensors="pt")
-            pv, grid = out["pixel_values"], out["image_grid_thw"]
-        if not bool((grid == grid[0]).all()):
-            bad = next(ex.id for ex, g in zip(batch, grid) if not torch.equal(g, grid[0]))
-            raise DataError(f"sample {bad}: its medium makes a {tuple(grid[0].tolist())} patch grid "
-                            f"but others make another; vision pretraining needs one image size "
-                            f"(and one frame count)")
-        return pv, grid
+        return _batch_pixels(batch, adapter, processor)
 
     pv, grid = pixels(rows[:1])
     with torch.no_grad():
         tokens, width = merged_tokens(tower(pv, grid_thw=grid)).shape
     reader = Reader(tower, tokens, width, [len(c) for c in space.values()])
-    opt = torch.optim.Adam(reader.parameters(), lr=lr)
-
-    def accuracy() -> dict[str, float]:
-        if not held:
-            return {}
-        reader.eval()
-        right = torch.zeros(len(space))
-        with torch.no_grad():
-            for start in range(0, len(held), 64):
-                logits = reader(*pixels(held[start:start + 64]))
-                y = y_held[start:start + 64]
-                right += torch.stack([(lg.argmax(-1) == y[:, j]).float().sum()
-                                      for j, lg in enumerate(logits)])
-        reader.train()
-        return {slot: float(r) / len(held) for slot, r in zip(space, right)}
-
     summary: dict[str, Any] = {"model": str(model_dir), "train_rows": len(rows), "steps": steps,
                                "slots": {s: len(c) for s, c in space.items()},
-                               "accuracy_start": accuracy()}
-    rng = random.Random(f"vision-pretrain-{seed}")
-    bar = tqdm(range(1, steps + 1), desc="vision", disable=not progress)
-    t0 = time.perf_counter()
-    for _ in bar:
-        idx = rng.sample(range(len(rows)), min(batch_size, len(rows)))
-        logits = reader(*pixels([rows[i] for i in idx]))
-        y = y_train[idx]
-        loss = sum(F.cross_entropy(lg, y[:, j]) for j, lg in enumerate(logits)) / len(logits)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
-    summary["seconds"] = time.perf_counter() - t0
-    summary["accuracy_end"] = accuracy()
+                               "accuracy_start": _held_out_accuracy(reader, held, y_held, space, pixels)}
+    summary["seconds"] = _train_reader(reader, rows, y_train, pixels, steps=steps, batch_size=batch_size,
+                                      lr=lr, seed=seed, progress=progress)
+    summary["accuracy_end"] = _held_out_accuracy(reader, held, y_held, space, pixels)
     out = Path(out_dir)
     if out.resolve() != Path(model_dir).resolve():
         shutil.copytree(model_dir, out, dirs_exist_ok=True)        # tokenizer, processor, notes

@@ -98,9 +98,19 @@ def test_groups_share_rows_and_the_block_mask_keeps_them_apart():
 
 
 def test_packing_updates_like_padded_micro_batches_with_less_padding(tmp_path, tiny_vl,
-                                                                     shapes_dir):
+                                                                     shapes_dir, monkeypatch):
     """Two PPO epochs (old logprobs) and a KL to a frozen reference: every forward packed."""
+    import mmrlvr.train.policy as policy_mod
     from mmrlvr.train.update import policy_update
+
+    calls = []
+    real = policy_mod.packed_logprobs
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(policy_mod, "packed_logprobs", counted)
     from tests.test_length_buckets import uneven_update_inputs
 
     run, rollouts, advantages, scores = uneven_update_inputs(
@@ -111,8 +121,10 @@ def test_packing_updates_like_padded_micro_batches_with_less_padding(tmp_path, t
 
     def update(packing: bool):
         policy.model.load_state_dict(start)
-        run.cfg.train.packing = packing
+        run.cfg.train.packing = policy.packing = packing   # policy.packing: as load_policy sets it
+        calls.clear()
         stats = policy_update(run, rollouts, advantages, scores, 1)
+        assert bool(calls) == packing      # the policy's one logprob path took the packed rows
         return stats, torch.cat([p.grad.flatten() for p in policy.trainable_parameters()])
 
     plain, g_plain = update(False)

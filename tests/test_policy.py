@@ -242,7 +242,7 @@ def test_one_prefill_per_prompt_samples_what_g_prefills_sample(which, tiny_vl, t
 
 
 def test_chunked_token_logprobs_equal_the_whole_log_softmax(monkeypatch):
-    import mmrlvr.train.policy as policy_mod
+    import mmrlvr.train.logprobs as policy_mod
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 10, 50, generator=gen, requires_grad=True)

@@ -9,8 +9,9 @@ nothing of its siblings or of the other groups in its row, and every token keeps
 it has in its own padded row. So no completion padding and no prompt padding runs, no prompt
 runs twice, and no key/value cache is kept, which also serves FSDP2 and gradient
 checkpointing (where `Policy.rollout_logprobs` runs every row whole). The logprobs and
-gradients are those of `Policy.rollout_logprobs` up to float summation order
-(tests/test_packing.py).
+gradients are those of the unpacked path up to float summation order (tests/test_packing.py).
+With `train.packing` on, `Policy.rollout_logprobs` itself comes here, so the update, the
+behaviour copy of one-step-off and every method's forward take the same path.
 
 Trade-off: attention inside a row is dense over the row (sdpa or eager with a 4-D mask;
 flash-attention cannot take one), so rows of many long completions pay attention work for
@@ -20,12 +21,16 @@ loses on narrow ones with long completions (`python bench/packing.py`, docs/grpo
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
 
 from mmrlvr.config.schema import PACKING_ATTENTION
 from mmrlvr.core.types import PromptBatch, select, to_device
-from mmrlvr.train.policy import Policy, token_logprobs
+from mmrlvr.train.logprobs import token_logprobs
+
+Policy = Any
+"""`mmrlvr.train.policy.Policy`, which calls in here (`Policy.packing`): named, not imported."""
 
 
 class Layout:

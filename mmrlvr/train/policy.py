@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from mmrlvr.config import ModelConfig
+from mmrlvr.train.logprobs import token_logprobs
+from mmrlvr.train.packing import packed_logprobs
 from mmrlvr.train.parallel import gathered, pick_device  # noqa: F401  (pick_device: public here too)
 from mmrlvr.train.weight_files import check_finite, check_weight_files
 from mmrlvr.core.types import TYPE_KEYS, ModalityAdapter, PromptBatch, select, to_device
@@ -156,6 +158,9 @@ class Policy:
         """MoE families: training forwards also return the router load-balancing loss, kept in
         `router_losses` for the update to add (`algo.router_aux_coef`)."""
         self.router_losses: list[torch.Tensor] = []
+        self.packing = False
+        """`train.packing`: every `rollout_logprobs` (the update's, the behaviour copy's, each
+        method's) runs packed rows (mmrlvr.train.packing), so they all take one path."""
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.family = adapter.family_of(processor)
         """The model family (`mmrlvr.models`): what is particular to this architecture."""
@@ -360,6 +365,9 @@ class Policy:
         family whose cache cannot be repeated (`Family.repeatable_cache`), every row runs whole;
         also with the MoE router loss on (`router_aux`: its padding mask must cover every token).
         """
+        if self.packing:
+            return packed_logprobs(self, prompts, prompt_rows, completion_ids, completion_mask,
+                                   temperature, with_entropy, model)
         if self.sharded or self._checkpointing() or completion_ids.shape[1] < 2 \
                 or not self.family.repeatable_cache or self.router_aux \
                 or self.holds_media(completion_ids):
@@ -463,37 +471,3 @@ class Policy:
             if "lora_" not in key:
                 state.setdefault(key.replace(".base_layer.", "."), value.detach().cpu())
         return state
-
-
-LOGPROB_CHUNK = 1 << 24
-"""Logit elements (positions × vocabulary) per chunk of `token_logprobs`: 64 MB of fp32."""
-
-
-def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log π(ids) [N, C] from raw logits [N, C, V] at `temperature`, and the entropy [N, C].
-
-    In chunks of positions, each recomputed in the backward (`torch.utils.checkpoint`): only
-    the logits stay for the backward, never their fp32 log-softmax over the whole vocabulary
-    (with a real Qwen vocabulary of 151,936 that was ~20 GB for 16 completions × 2,048 tokens).
-    Per position the arithmetic is that of the whole tensor, so the values are the same.
-    """
-    from torch.utils.checkpoint import checkpoint
-
-    N, C, V = logits.shape
-    step = max(1, LOGPROB_CHUNK // max(N * V, 1))
-    logps, entropies = [], []
-    for start in range(0, C, step):
-        part, part_ids = logits[:, start:start + step], ids[:, start:start + step]
-        logps.append(checkpoint(_chosen_logprob, part, part_ids, temperature, use_reentrant=False)
-                     if part.requires_grad else _chosen_logprob(part, part_ids, temperature))
-        if with_entropy:
-            with torch.no_grad():
-                lp = F.log_softmax(part.float() / temperature, dim=-1)             # [N, c, V]
-                entropies.append(-(lp.exp() * lp).sum(-1))                         # [N, c]
-    return torch.cat(logps, dim=1), torch.cat(entropies, dim=1) if with_entropy else None
-
-
-def _chosen_logprob(logits: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
-    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)                 # [N, c, V]
-    return logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)                      # [N, c]

@@ -181,6 +181,7 @@ def load_policy(cfg: Config, d: Dist, init: str | None = None, ckpt: Path | None
         parallel.fully_shard_model(policy.base_model(), policy.compute_dtype, _probe(policy),
                                    policy.family)
         policy.sharded = True
+    policy.packing = cfg.train.packing   # one logprob path for every forward (train.packing)
     if cfg.algo.router_aux_coef > 0:
         if not policy.family.moe:
             raise ValueError(f"algo.router_aux_coef is {cfg.algo.router_aux_coef:g}, but the "

@@ -19,7 +19,7 @@ from mmrlvr.algo.loss import rollout_correction
 from mmrlvr.algo.shaping import TokenCredit
 from mmrlvr.core.errors import TrainingError
 from mmrlvr.train import parallel
-from mmrlvr.train.packing import packed_logprobs, packed_padded_fraction
+from mmrlvr.train.packing import packed_padded_fraction
 from mmrlvr.train.parallel import Dist
 from mmrlvr.train.policy import Policy
 from mmrlvr.train.setup import Run
@@ -87,9 +87,7 @@ class Update:
         width = max(int(mask[batch_rows].sum(dim=1).max()), 1)                   # trim right padding
         args = (rollouts.prompts, [rollouts.prompt_row(r) for r in batch_rows],
                 ids[batch_rows, :width], mask[batch_rows, :width], cfg.rollout.temperature)
-        if cfg.train.packing:                  # no completion padding: groups packed (packing.py)
-            return packed_logprobs(policy, *args, model=model, **kw), width
-        return policy.rollout_logprobs(*args, model=model, **kw), width
+        return policy.rollout_logprobs(*args, model=model, **kw), width   # packed: Policy.packing
 
     def _fixed_logprobs(self) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
         """Per row, the logprobs before any update (several PPO epochs) and the reference's (KL)."""

@@ -140,15 +140,7 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool,
 
     if d.main:
         save_config(cfg, out_dir / "config.yaml")
-    report = LoadReport()
-    budget = prompt_budget(cfg, cfg.sft.init or None)   # prompts over the context: bad rows
-    data = load_split(cfg.data, "train", report, budget)
-    if d.main:
-        report.write(out_dir)                  # skipped_rows.jsonl: file, row, id, reason
-    runner = tool_runner(cfg.rollout)      # rollout.tools: the rows' gold trajectories (sft_tools)
-    for i in range(0, len(data), max(1, len(data) // 256)):   # every row of a loaded split;
-        sft_target(data[i]) if runner is None else gold_turns(data[i])   # 256 of a lazy one
-    eval_data = (load_eval_sets(cfg.data, budget) or [("eval", [])])[0][1]  # SFT: the first set
+    data, eval_data, report, runner = _sft_data(cfg, d, out_dir)
     policy = load_policy(cfg, d, init=cfg.sft.init or None)
     adapter = policy.adapter
     engine = with_tools(make_engine("hf", policy), policy, cfg.rollout)   # eval calls the tools
@@ -189,34 +181,8 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool,
         if cfg.sft.privileged_fraction:
             batch = privileged_rows(adapter, batch, cfg.sft.privileged_fraction, view_rng)
         share = batch[d.rank * len(batch) // d.world:(d.rank + 1) * len(batch) // d.world]
-        prompts = adapter.encode(share, policy.processor, system_prompt=cfg.data.system_prompt,
-                                 format_prompt=cfg.data.format_prompt)
-        if runner is None:
-            ids, mask = encode_targets(policy.tokenizer, [sft_target(ex) for ex in share], eos,
-                                       policy.pad_id)
-            train_mask = mask
-        else:                  # tool turns attend but get no loss (train_mask 0 there)
-            prompts, ids, mask, train_mask = trajectory_targets(policy, share, prompts, runner)
-        total_tokens = d.all_sum(float(train_mask.sum()))
-        opt.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        mb = cfg.train.micro_batch
-        starts = range(0, len(share), mb)
-        for start in starts:
-            rows = list(range(start, min(start + mb, len(share))))
-            with sync_grads(d, policy, start == starts[-1]):
-                inputs, _ = select(prompts, rows)
-                logp, _ = policy.completion_logprobs(inputs, ids[rows], mask[rows])
-                m = train_mask[rows].to(logp.device).float()
-                loss = -(logp * m).sum() / total_tokens                         # token-mean NLL
-                (loss * d.world).backward()      # DDP/FSDP2 average over ranks: sum instead
-            loss_sum += float(loss.detach())
-        loss_sum = d.all_sum(loss_sum)
-        grad_norm = clip_grad_norm(policy.trainable_parameters(),
-                                   cfg.optim.max_grad_norm or float("inf"))
-        opt.step()
-        sched.step()
-        metrics = {"sft/loss": loss_sum, "optim/grad_norm": grad_norm, "optim/lr": sched.get_last_lr()[0]}
+        metrics = _sft_step(cfg, d, policy, opt, sched, share, runner, eos)
+        loss_sum = metrics["sft/loss"]
         if step == cfg.sft.steps and eval_data:
             metrics.update(run_eval(step))
         logger.log(step, metrics)
@@ -235,3 +201,51 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool,
     if report.skipped:
         summary["skipped_rows"] = len(report.skipped)
     return summary
+
+
+def _sft_data(cfg: Config, d, out_dir: Path) -> tuple[Sequence[Any], Sequence[Any], LoadReport, Any]:
+    """The train rows (every one's target checked now: every row of a loaded split, 256 of a
+    lazy one), the first eval set, the load report (written) and the tool runner or None."""
+    report = LoadReport()
+    budget = prompt_budget(cfg, cfg.sft.init or None)   # prompts over the context: bad rows
+    data = load_split(cfg.data, "train", report, budget)
+    if d.main:
+        report.write(out_dir)                  # skipped_rows.jsonl: file, row, id, reason
+    runner = tool_runner(cfg.rollout)      # rollout.tools: the rows' gold trajectories (sft_tools)
+    for i in range(0, len(data), max(1, len(data) // 256)):
+        sft_target(data[i]) if runner is None else gold_turns(data[i])
+    eval_data = (load_eval_sets(cfg.data, budget) or [("eval", [])])[0][1]  # SFT: the first set
+    return data, eval_data, report, runner
+
+
+def _sft_step(cfg: Config, d, policy, opt, sched, share: list, runner, eos: int) -> dict[str, float]:
+    """One optimiser step of token-mean NLL on this rank's rows `share` (all ranks' tokens in
+    the mean); its loss, gradient norm and learning rate."""
+    prompts = policy.adapter.encode(share, policy.processor, system_prompt=cfg.data.system_prompt,
+                                    format_prompt=cfg.data.format_prompt)
+    if runner is None:
+        ids, mask = encode_targets(policy.tokenizer, [sft_target(ex) for ex in share], eos,
+                                   policy.pad_id)
+        train_mask = mask
+    else:                  # tool turns attend but get no loss (train_mask 0 there)
+        prompts, ids, mask, train_mask = trajectory_targets(policy, share, prompts, runner)
+    total_tokens = d.all_sum(float(train_mask.sum()))
+    opt.zero_grad(set_to_none=True)
+    loss_sum = 0.0
+    mb = cfg.train.micro_batch
+    starts = range(0, len(share), mb)
+    for start in starts:
+        rows = list(range(start, min(start + mb, len(share))))
+        with sync_grads(d, policy, start == starts[-1]):
+            inputs, _ = select(prompts, rows)
+            logp, _ = policy.completion_logprobs(inputs, ids[rows], mask[rows])      # [n, C]
+            m = train_mask[rows].to(logp.device).float()
+            loss = -(logp * m).sum() / total_tokens                         # token-mean NLL
+            (loss * d.world).backward()      # DDP/FSDP2 average over ranks: sum instead
+        loss_sum += float(loss.detach())
+    loss_sum = d.all_sum(loss_sum)
+    grad_norm = clip_grad_norm(policy.trainable_parameters(),
+                               cfg.optim.max_grad_norm or float("inf"))
+    opt.step()
+    sched.step()
+    return {"sft/loss": loss_sum, "optim/grad_norm": grad_norm, "optim/lr": sched.get_last_lr()[0]}

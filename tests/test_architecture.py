@@ -2,7 +2,7 @@
 never import each other, the training core finds adapters and rewards through their registries,
 the methods sit above the core behind a wall (the core imports none and names none but through
 its registries; no method imports another), no two modules import each other in a circle, and
-no source file outgrows one sitting.
+no source file outgrows one sitting (500 lines) nor any function one screen (80).
 
 Layers, bottom up:
     1  mmrlvr.core, mmrlvr.config, mmrlvr.data, mmrlvr.patches   types, protocols, registry, data
@@ -43,6 +43,8 @@ families) and the verifier's public API (README, "The verifier": `rewards.verify
 PLUGIN_TABLE = "mmrlvr.core.registry"
 """The one core module that names the methods' package (`PLUGINS`: imported to register them)."""
 MAX_LINES = 500
+MAX_FUNCTION_LINES = 80
+"""A function, from its `def` to its last line (docstring and decorators' arguments included)."""
 
 
 def layer_of(module: str) -> int:
@@ -128,6 +130,15 @@ def test_no_source_file_outgrows_one_sitting():
     long = [f"{p.relative_to(ROOT)}: {n} lines" for p in modules().values()
             if (n := len(p.read_text().splitlines())) > MAX_LINES]
     assert not long, f"files over {MAX_LINES} lines (split them along their sections):\n" + \
+        "\n".join(long)
+
+
+def test_no_function_outgrows_one_screen():
+    long = [f"{p.relative_to(ROOT)}:{node.lineno}: {node.name}, {n} lines"
+            for p in modules().values() for node in ast.walk(ast.parse(p.read_text(), str(p)))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into named parts):\n" + \
         "\n".join(long)
 
 

@@ -198,15 +198,20 @@ class Policy:
                 p.requires_grad_(False)
         adapter.bind(family)
         if cfg.lora.r > 0:
+            import warnings
+
             from peft import LoraConfig, PeftModel, get_peft_model
 
-            if adapter_dir is not None:
-                model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
-            else:
-                model = get_peft_model(model, LoraConfig(
-                    r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                    target_modules=family.lora_modules(cfg.lora.target_modules)),
-                    autocast_adapter_dtype=False)
+            with warnings.catch_warnings():     # peft reads transformers' deprecated alias
+                warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated",
+                                        FutureWarning)
+                if adapter_dir is not None:
+                    model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
+                else:
+                    model = get_peft_model(model, LoraConfig(
+                        r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                        target_modules=family.lora_modules(cfg.lora.target_modules)),
+                        autocast_adapter_dtype=False)
             for p in model.parameters():            # adapters in the master dtype
                 if p.requires_grad:
                     p.data = p.data.to(master)

@@ -109,7 +109,6 @@ def test_off_is_the_synchronous_step(tmp_path, tiny_vl, shapes_dir):
 
 
 @pytest.mark.parametrize("clash, named", [
-    ("train.strategy=fsdp2", "train.strategy fsdp2"),
     ("rollout.backend=vllm", "rollout.backend vllm"),
     ("train.dynamic_sampling=true", "train.dynamic_sampling"),
     ("rollout.branching.kind=latent_noise", "rollout.branching")])

@@ -384,8 +384,6 @@ COMBINATIONS = (
 config that says it). `ASYNC_EXCLUDES` below holds what one-step-off rollouts do not run with."""
 
 ASYNC_EXCLUDES = (
-    (lambda c: c.train.strategy == "fsdp2", "train.strategy fsdp2 (the behaviour copy would need "
-     "the gathered weights; use ddp)"),
     (lambda c: c.rollout.backend == "vllm", "rollout.backend vllm (its engine holds its own "
      "weights; use hf)"),
     (lambda c: isinstance(c.rollout.branching, dict) and c.rollout.branching.get("kind", "none")

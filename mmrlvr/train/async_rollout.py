@@ -25,10 +25,13 @@ checkpoint at another step drops the batch in flight; that resume generates its 
 the current weights.)
 
 The behaviour copy is a second model in the policy's dtype (its memory is the price); after the
-first full copy only trainable weights are copied. Not with FSDP2 (the copy would need the
-gathered weights), the vLLM backend (its engine holds its own), rollout branching, or dynamic
-sampling: the config check refuses those by name before anything loads
-(`mmrlvr.config.checks`).
+first full copy only trainable weights are copied. Under FSDP2 the copy is whole, not sharded:
+taken before the model is sharded (`load_policy`), held in the compute dtype, and refreshed by
+all-gathering each trainable weight at the snapshot (verl's one-step-off keeps a separate
+rollout model the same way), so a rank holds its shard plus one whole model in the compute
+dtype, and generating ahead needs no collective on the rollout thread. Not with the vLLM backend
+(its engine holds its own weights), rollout branching, or dynamic sampling: the config check
+refuses those by name before anything loads (`mmrlvr.config.checks`).
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from mmrlvr.core.types import Rollouts
 
@@ -60,22 +64,32 @@ class Prefetcher:
     def __init__(self, policy: Any, make_engine: Any, decode: str, temperature: float,
                  micro_batch: int):
         self.live = policy.model
-        self.copy = copy.deepcopy(policy.model)
+        template = getattr(policy, "behaviour_template", None)   # FSDP2: taken before sharding
+        self.copy = template if template is not None else copy.deepcopy(policy.model)
+        policy.behaviour_template = None
+        if policy.sharded:                          # generate as the sharded model does
+            self.copy.to(policy.compute_dtype)
         for p in self.copy.parameters():
             p.requires_grad_(False)
         self.view = copy.copy(policy)               # the policy's tokenizer, adapter, ids...
         self.view.model = self.view.forward_model = self.copy   # ... on the behaviour copy
+        self.view.sharded = False                   # a whole model: no collective in its forwards
         self.engine = make_engine("hf", self.view, None, decode=decode)
         self.trained = [n for n, p in self.live.named_parameters() if p.requires_grad]
         self.temperature, self.micro_batch = temperature, micro_batch
         self.flight: _Flight | None = None
 
     def snapshot(self) -> None:
-        """The behaviour copy := the live weights (trainable ones: the rest never change)."""
+        """The behaviour copy := the live weights (trainable ones: the rest never change). Under
+        FSDP2 each is all-gathered (`full_tensor`): every rank calls this at the same step, on
+        the main thread, in the same order."""
         live, behaviour = dict(self.live.named_parameters()), dict(self.copy.named_parameters())
         with torch.no_grad():
             for name in self.trained:
-                behaviour[name].copy_(live[name])
+                weight = live[name]
+                if isinstance(weight, DTensor):
+                    weight = weight.full_tensor()
+                behaviour[name].copy_(weight)
 
     def start(self, step: int, indices: list[int], examples: list[Any], prompts: Any,
               params: Any) -> None:

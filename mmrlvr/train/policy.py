@@ -158,6 +158,9 @@ class Policy:
         """MoE families: training forwards also return the router load-balancing loss, kept in
         `router_losses` for the update to add (`algo.router_aux_coef`)."""
         self.router_losses: list[torch.Tensor] = []
+        self.behaviour_template: torch.nn.Module | None = None
+        """FSDP2 with one-step-off rollouts: a whole copy taken before sharding, for the
+        behaviour model (`mmrlvr.train.async_rollout`, which takes it)."""
         self.packing = False
         """`train.packing`: every `rollout_logprobs` (the update's, the behaviour copy's, each
         method's) runs packed rows (mmrlvr.train.packing), so they all take one path."""

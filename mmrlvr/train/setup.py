@@ -5,6 +5,7 @@ before anything loads.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import random
@@ -178,6 +179,8 @@ def load_policy(cfg: Config, d: Dist, init: str | None = None, ckpt: Path | None
     if d.strategy == "ddp":
         policy.forward_model = parallel.wrap_ddp(policy.model, d.device)
     elif d.strategy == "fsdp2":
+        if cfg.train.async_rollouts == "one_step_off":   # its behaviour copy stays unsharded
+            policy.behaviour_template = copy.deepcopy(policy.model)
         parallel.fully_shard_model(policy.base_model(), policy.compute_dtype, _probe(policy),
                                    policy.family)
         policy.sharded = True
@@ -339,8 +342,5 @@ def prefetcher(cfg: Config, d: Dist, policy: Policy) -> Prefetcher | None:
     """The behaviour copy of `train.async_rollouts: one_step_off`, else None."""
     if cfg.train.async_rollouts != "one_step_off":
         return None
-    if d.strategy == "fsdp2":            # `auto` chose it: the config check saw no strategy
-        raise ValueError("train.async_rollouts one_step_off does not run under FSDP2 (train.strategy "
-                         "auto chose fsdp2 for this model): set train.strategy=ddp or turn it off")
     return Prefetcher(policy, make_engine, cfg.rollout.decode, cfg.rollout.temperature,
                       cfg.train.micro_batch)

@@ -3,6 +3,7 @@
     family = models.resolve("runs/x/final")      # reads config.json only: no weights
     family = models.of_model(model)              # the family of a loaded model
     models.names()                               # every supported family
+    models.register(MyFamily())                  # a family of your own (docs/extending.md)
 
 An unsupported `model_type` is refused before any weights load, naming the supported families.
 One file per family line (`qwen_vl`, and `glm4v` on it; `gemma3`, `internvl` and `mistral3`, on
@@ -15,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mmrlvr.core.registry import discover
 from mmrlvr.models.base import Family, FamilyError, VllmNames
 from mmrlvr.models.gemma3 import Gemma3
 from mmrlvr.models.glm4v import Glm4v
@@ -35,11 +37,32 @@ FAMILIES: tuple[Family, ...] = (Qwen2VL(), Qwen25VL(), Qwen3VL(), Qwen3VLMoe(), 
 _BY_TYPE = {t: f for f in FAMILIES for t in f.model_types + f.wrapper_types}
 
 
+def register(family: Family) -> Family:
+    """Serve `family`'s `model_type`s too (one from a user's package: docs/extending.md).
+
+    A package in `mmrlvr.core.registry.PLUGINS` that calls this is imported the first time a
+    `model_type` or family name is not found, as the other registries import it. Registering a
+    family of the same name again replaces it; a `model_type` another family serves is refused.
+    """
+    global FAMILIES
+    taken = {t: _BY_TYPE[t].name for t in family.model_types + family.wrapper_types
+             if t in _BY_TYPE and _BY_TYPE[t].name != family.name}
+    if taken:
+        raise FamilyError(f"family {family.name}: " + ", ".join(
+            f"model_type {t!r} is already the {name} family's" for t, name in taken.items()))
+    FAMILIES = (*(f for f in FAMILIES if f.name != family.name), family)
+    _BY_TYPE.clear()
+    _BY_TYPE.update({t: f for f in FAMILIES for t in f.model_types + f.wrapper_types})
+    return family
+
+
 def names() -> list[str]:
     return [f.name for f in FAMILIES]
 
 
 def get(name: str) -> Family:
+    if name not in names():
+        discover()
     for f in FAMILIES:
         if f.name == name:
             return f
@@ -52,6 +75,8 @@ def supported() -> str:
 
 
 def of_type(model_type: str, where: str = "the model") -> Family:
+    if model_type not in _BY_TYPE:
+        discover()
     if model_type not in _BY_TYPE:
         raise FamilyError(f"{where}: model_type {model_type!r} is not a family mmrlvr trains. "
                           f"Supported: {supported()}")
@@ -95,4 +120,4 @@ def resolve(path: str) -> Family:
 
 
 __all__ = ["FAMILIES", "Family", "FamilyError", "VllmNames", "get", "names", "of_config",
-           "of_model", "of_processor", "of_type", "resolve", "supported"]
+           "of_model", "of_processor", "of_type", "register", "resolve", "supported"]

@@ -171,7 +171,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.power is not None and not (args.runs or args.arm):
             raise CompareError("--power without runs needs --sd POINTS (the run-to-run SD)")
         print(run(args.runs, args.arm or [], step=args.step, n_boot=args.bootstrap,
-                  seed=args.seed, json_out=args.json, plot_out=args.plot, effect=args.power))
+                  seed=args.seed, json_out=args.json, plot_out=args.plot, effect=args.power,
+                  mechanisms=args.mechanism or []))
     except CompareError as err:
         print(f"mmrlvr compare: error: {err}", file=sys.stderr)
         return 2

@@ -204,6 +204,10 @@ def add_compare(sub: Any, fn: Callable) -> None:
                    help="a difference in points to plan for: with runs, each verdict adds how many "
                    "seeds per arm it needs at the row's run-to-run SD (alpha 0.05, power 0.8); "
                    "with --sd and no runs, only that answer")
+    c.add_argument("--mechanism", action="append", metavar="ARM=CHECK.json",
+                   help="the arm's mechanism check (`mmrlvr check-method --json`): shown beside "
+                   "its verdict; an inactive mechanism is reported as such, not compared "
+                   "(repeatable)")
     c.add_argument("--sd", type=float, metavar="POINTS",
                    help="run-to-run SD of a run's accuracy, in points (a compare's "
                    "run_level.sd_points), for --power without runs")

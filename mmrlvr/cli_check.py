@@ -45,7 +45,9 @@ def resolve(args: argparse.Namespace):
     from mmrlvr.config import ConfigError, DataConfig, ModelConfig, load_config
     from mmrlvr.core.method_check import CheckOptions
 
-    cfg = load_config(args.config) if args.config else None
+    if args.set and not args.config:
+        raise ConfigError("check-method: --set overrides a --config's keys; give the --config")
+    cfg = load_config(args.config, args.set or []) if args.config else None
 
     def pick(flag, from_cfg, default):
         return flag if flag is not None else from_cfg if cfg is not None else default
@@ -114,6 +116,9 @@ def add_parser(sub) -> None:
                    help="take the model (path, pixels), data.train, prompts, rollout group size, "
                         "temperature, max tokens and rollout.branching from this run config; the "
                         "flags below override it")
+    c.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="a --config override, as `mmrlvr train` takes them (repeatable), e.g. "
+                        "rollout.branching.alpha=0.3")
     c.add_argument("--model", help="starting model dir (checks that sample need it)")
     c.add_argument("--data", help="JSONL file (or layout:file.parquet) of the rows")
     c.add_argument("--modality", default="vision", help="adapter name [vision]")

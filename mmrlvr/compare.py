@@ -45,6 +45,10 @@ With one run in an arm the run-level figures cannot be computed, and the row say
 EFFECT` adds how many seeds per arm EFFECT points would need at each row's run-to-run SD; with
 `--sd SD` and no runs it answers for that SD alone (`power_report`).
 
+`--mechanism NAME=CHECK.json` (an `mmrlvr check-method --json` file) puts the arm's mechanism
+check beside its verdict: an arm whose mechanism is inactive is reported as such ("mechanism
+inactive: not compared") whatever its difference; one named with no runs is listed as not run.
+
 Rows are paired by question id; questions not in every run are left out and counted. Output: a
 Markdown table (stdout), `--json FILE`, and `--plot FILE.png` (differences with both intervals).
 """
@@ -297,10 +301,49 @@ def compare(arms: list[Arm], step: int | None = None, n_boot: int = 2000, seed: 
     return report
 
 
+def load_mechanisms(specs: list[str]) -> dict[str, dict[str, Any]]:
+    """`NAME=CHECK.json` -> {arm: the check's method, verdict and why}."""
+    out = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise CompareError(f"--mechanism {spec!r}: write it as ARM=CHECK.json (from mmrlvr "
+                               "check-method --json)")
+        try:
+            check = json.loads(Path(path).read_text())
+            out[name] = {key: check[key] for key in ("method", "verdict", "why")}
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise CompareError(f"--mechanism {name}: {path} is not an mmrlvr check-method --json "
+                               f"file ({type(err).__name__}: {err})") from None
+    return out
+
+
+def add_mechanisms(report: dict[str, Any], mechanisms: dict[str, dict[str, Any]]) -> None:
+    """Each arm's check beside its rows; an inactive mechanism's verdict is that, not a
+    comparison. Checked arms with no runs go to `report["not_run"]`."""
+    blocks = [*report["sets"].values(), *([report["pooled"]] if "pooled" in report else [])]
+    rows = [r for b in blocks for r in [*b["rows"], *b.get("pass", {}).get("rows", [])]]
+    for row in rows:
+        check = mechanisms.get(row["arm"])
+        if check is None or "run_level" not in row:
+            continue
+        row["mechanism"] = check
+        run = row["run_level"]
+        if check["verdict"] == "inactive":
+            run.pop("unavailable", None)          # its figures stay; its verdict is the check's
+            run["verdict"] = f"mechanism inactive ({check['why']}): not compared"
+        elif "verdict" in run:
+            run["verdict"] += f" · {check['method']} mechanism active"
+    compared = {r["arm"] for r in rows}
+    report["not_run"] = [{"arm": a, **c} for a, c in mechanisms.items() if a not in compared]
+
+
 def _run_cells(run: dict[str, Any]) -> str:
     """The run-level CI, Welch p and verdict cells of one row."""
     if "unavailable" in run:
         return f"cannot be computed | | no run-level verdict: {run['unavailable']}"
+    if "diff_ci95" not in run:                      # an inactive mechanism, one run an arm
+        return f" | | {run['verdict']}"
     lo, hi = run["diff_ci95"]
     p = "" if run["welch_p"] is None else f"{run['welch_p']:.3g}"
     verdict = run["verdict"]
@@ -357,7 +400,10 @@ def markdown(report: dict[str, Any]) -> str:
                           f"completions is correct)"
                           f"{'' if k else '; k differs between runs' if block['pass']['k_known'] else '; k not recorded'}\n",
                           block["pass"]["rows"], name)
-    return "\n".join(out + [LEGEND])
+    for arm in report.get("not_run", []):
+        out.append(f"- {arm['arm']}: not run; {arm['method']} mechanism {arm['verdict']} "
+                   f"({arm['why']})")
+    return "\n".join(out + ([""] if report.get("not_run") else []) + [LEGEND])
 
 
 def _short_verdict(run: dict[str, Any]) -> str:
@@ -401,10 +447,12 @@ def plot(report: dict[str, Any], path: str | Path) -> None:
 
 def run(runs: list[str], arms: list[str], *, step: int | None = None, n_boot: int = 2000,
         seed: int = 0, json_out: str | None = None, plot_out: str | None = None,
-        effect: float | None = None) -> str:
+        effect: float | None = None, mechanisms: list[str] = ()) -> str:
     if effect is not None and effect <= 0:
         raise CompareError(f"--power {effect:g}: the effect must be a positive number of points")
+    checks = load_mechanisms(list(mechanisms))      # a bad file: before any run is read
     report = compare(parse_arms(runs, arms), step, n_boot, seed, effect)
+    add_mechanisms(report, checks)
     if json_out:
         Path(json_out).write_text(json.dumps(report, indent=2) + "\n")
     if plot_out:

@@ -20,6 +20,10 @@ class Adapter:
     """Base class: subclasses set `name`, `media_keys` and implement `encode`."""
 
     name = "base"
+    feeds: str | None = None
+    """The family modality this adapter's prompts are for (`vision`, `audio` or `text`); None:
+    `audio` and `text` for adapters of those names, `vision` for every other (a new modality
+    names what it feeds, docs/extending.md)."""
     media_keys: tuple[str, ...] = ()
     """Tensors indexed by media row (not by sample); sliced with `PromptBatch.media_rows`."""
     placeholder_tokens: tuple[str, ...] = ()

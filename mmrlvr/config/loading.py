@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from mmrlvr.config.checks import _as_float, _raise, find_problems
+from mmrlvr.config.plugins import load_plugins
 from mmrlvr.config.easyr1 import easyr1_keys
 from mmrlvr.config.schema import Config, ConfigError
 from mmrlvr.config.synonyms import leaf_keys, suggest
@@ -215,6 +216,11 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
             problems.append(str(err))
     raw, easyr1 = easyr1_keys(raw, _LEAVES)    # EasyR1's nested keys, each answered by name
     cfg = _from_dict(Config, raw, "", problems)
+    if isinstance(cfg.plugins, list) and all(isinstance(p, str) for p in cfg.plugins):
+        try:                       # the user's plug-ins register the names the run will look up
+            load_plugins(cfg.plugins)
+        except ConfigError as err:
+            problems.append(str(err))
     _raise(problems + find_problems(cfg) + easyr1)
     return cfg
 

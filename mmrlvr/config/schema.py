@@ -332,6 +332,8 @@ class Config:
     """Supervised warm start (`mmrlvr sft`)."""
     opd: OPDStageConfig = field(default_factory=OPDStageConfig)
     """On-policy distillation before GRPO (`mmrlvr opd`)."""
+    plugins: list[str] = field(default_factory=list)
+    """Your plug-in packages (docs/extending.md), imported as the config loads: module names or paths."""
 
 
 def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:

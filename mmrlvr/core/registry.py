@@ -15,7 +15,7 @@ import difflib
 import importlib
 from typing import Any, Callable
 
-from mmrlvr.config import ConfigError
+from mmrlvr.config.schema import ConfigError
 
 
 class UnknownName(ConfigError, KeyError):

@@ -128,6 +128,8 @@ class ModalityAdapter(Protocol):
 
     name: str
     media_keys: tuple[str, ...]
+    feeds: str | None
+    """The family modality it feeds (`vision`, `audio`, `text`); None: read from `name`."""
 
     def encode(self, examples: list[Example], processor: Any, **options: Any) -> PromptBatch:
         """Chat-format, tokenise and process `examples` once (no copies per rollout)."""

@@ -184,7 +184,8 @@ class Policy:
         if not path:
             raise PolicyError("model.path is empty: give a local model dir or hub id")
         family = load_family(path)                  # before anything heavy loads
-        wants = adapter.name if adapter.name in ("audio", "text") else "vision"
+        wants = getattr(adapter, "feeds", None) or \
+            (adapter.name if adapter.name in ("audio", "text") else "vision")
         if family.modality != wants:
             raise PolicyError(f"{path} is a {family.name} model, fed by the {family.modality} "
                               f"modality, not {adapter.name}; set model.modality: {family.modality}")

@@ -94,39 +94,10 @@ def test_opencv_erasure_restores_the_background_under_the_text():
 
 
 def tiny_inpainting_pipeline(out):
-    """A random-weight Stable Diffusion inpainting pipeline (UNet with 9 input channels), saved."""
-    import json
+    """A random-weight 9-channel inpainting pipeline (tests/test_transanytext_diffusion.py's)."""
+    from tests.test_transanytext_diffusion import tiny_sd_pipeline
 
-    import torch
-    from diffusers import (AutoencoderKL, DDIMScheduler, StableDiffusionInpaintPipeline,
-                           UNet2DConditionModel)
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
-
-    torch.manual_seed(0)
-    unet = UNet2DConditionModel(
-        block_out_channels=(32, 64), layers_per_block=1, sample_size=16, in_channels=9,
-        out_channels=4, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=32,
-        norm_num_groups=8, attention_head_dim=4)
-    vae = AutoencoderKL(block_out_channels=(32, 64), down_block_types=("DownEncoderBlock2D",) * 2,
-                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4,
-                        norm_num_groups=8, sample_size=32)
-    text = CLIPTextModel(CLIPTextConfig(bos_token_id=0, eos_token_id=2, pad_token_id=1,
-                                        hidden_size=32, intermediate_size=37, num_attention_heads=4,
-                                        num_hidden_layers=2, vocab_size=100))
-    vocab = {"<|startoftext|>": 0, "!": 1, "<|endoftext|>": 2}
-    for c in "abcdefghijklmnopqrstuvwxyz":
-        vocab[c], vocab[c + "</w>"] = len(vocab), len(vocab) + 1
-    (out / "tok").mkdir(parents=True)
-    (out / "tok" / "vocab.json").write_text(json.dumps(vocab))
-    (out / "tok" / "merges.txt").write_text("#version: 0.2\n")
-    tok = CLIPTokenizer(str(out / "tok" / "vocab.json"), str(out / "tok" / "merges.txt"),
-                        model_max_length=16)
-    StableDiffusionInpaintPipeline(unet=unet, vae=vae, text_encoder=text, tokenizer=tok,
-                                   scheduler=DDIMScheduler(steps_offset=1), safety_checker=None,
-                                   feature_extractor=None, requires_safety_checker=False
-                                   ).save_pretrained(out)
-    return out
+    return tiny_sd_pipeline(out, in_channels=9)
 
 
 def test_diffusers_inpainting_changes_only_the_masked_pixels(tmp_path):

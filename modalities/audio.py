@@ -48,6 +48,10 @@ AUDIO_TOKEN = "<|AUDIO|>"
 LONG_AUDIO = ("truncate", "chunk")
 
 
+WARN_FIRST = 3
+"""Clips over the window named in a warning; the rest are counted (`AudioAdapter.cut`)."""
+
+
 class AudioAdapter(Adapter):
     name = "audio"
     media_keys = ("input_features", "feature_attention_mask")
@@ -58,6 +62,9 @@ class AudioAdapter(Adapter):
         if long_audio not in LONG_AUDIO:
             raise ValueError(f"long_audio is {long_audio!r}; choose one of {list(LONG_AUDIO)}")
         self.long_audio = long_audio
+        self.cut = 0
+        """Clips longer than the model's window (cut or split), counted over every file; the
+        first `WARN_FIRST` are warned about by name, the rest only counted."""
         self._cache: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
         self._cache_size = cache_size
 
@@ -79,9 +86,14 @@ class AudioAdapter(Adapter):
             else:
                 clips = [wave[i:i + window] for i in range(0, len(wave), window)]
                 what = f"split into {len(clips)} windows of up to {limit:g} s"
-            warnings.warn(f"sample {example.id}: audio {describe_source(source)} lasts {seconds:.2f} s, "
-                          f"longer than the model's {limit:g} s window; {what}",
-                          AudioWarning, stacklevel=2)
+            self.cut += 1
+            if self.cut <= WARN_FIRST:     # a task of long clips would print one per file
+                more = (f"; further clips over the window are {what.split(' ')[0]} the same way "
+                        "without a warning (counted in the adapter's `cut`)"
+                        if self.cut == WARN_FIRST else "")
+                warnings.warn(f"sample {example.id}: audio {describe_source(source)} lasts "
+                              f"{seconds:.2f} s, longer than the model's {limit:g} s window; "
+                              f"{what}{more}", AudioWarning, stacklevel=2)
         if key is not None:
             self._cache[key] = clips
             if len(self._cache) > self._cache_size:

@@ -15,6 +15,7 @@ import torch
 
 from mmrlvr.core.trajectory import parse_call
 from mmrlvr.data import AudioWarning
+from modalities.audio import WARN_FIRST
 from mmrlvr.tasks.clip import PEAK_DB, PITCH_HZ, SEGMENTS, WINDOW_S, make_clip
 from mmrlvr.tasks.tones import SR
 from mmrlvr.tools.builtin import clip
@@ -57,9 +58,12 @@ def test_the_prompt_hears_the_first_window_only_and_the_asked_tone_lies_after_it
     examples = rows(clip_dir)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        batch = modalities.get("audio").encode(examples, processor)
+        adapter = modalities.get("audio")
+        batch = adapter.encode(examples, processor)
     cut = [w for w in caught if issubclass(w.category, AudioWarning)]
-    assert len(cut) == len(examples) and "cut to the first 3 s" in str(cut[0].message)
+    assert adapter.cut == len(examples) > WARN_FIRST                  # every recording cut ...
+    assert len(cut) == WARN_FIRST and "cut to the first 3 s" in str(cut[0].message)  # ... 3 named
+    assert "without a warning (counted in the adapter's `cut`)" in str(cut[-1].message)
     frames = batch.inputs["feature_attention_mask"].sum(-1)
     assert frames.tolist() == [WINDOW_S * 100] * len(examples)      # 10 ms frames: 3 s heard
     same = 0

@@ -133,7 +133,9 @@ def add_data(sub: Any, fn: Callable) -> None:
     d.add_argument("task", choices=TASKS.names(),
                    help="shapes, medvqa (vision), tones (audio), banners (image translation), "
                         "motion (video; --image-size 56 for CPU-sized clips), zoom (vision, "
-                        "multi-turn tools; --image-size is the prompt's side, 56 on CPU)")
+                        "multi-turn tools; --image-size is the prompt's side, 56 on CPU), clip (audio, "
+                        "multi-turn tools: a 12 s recording, a question about a segment past "
+                        "the model's window), arith (text: a + b, two-step expressions, countdown)")
     d.add_argument("--out", required=True, help="output dir (train.jsonl, test.jsonl, images/)")
     d.add_argument("--n-train", type=int, default=2000)
     d.add_argument("--n-test", type=int, default=200)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mmrlvr.core.registry import Registry, UnknownName
-from rewards.base import Combined, Reward, RewardError, build_combined
+from rewards.base import WRAPPER_KEYS, Combined, Reward, RewardError, build_combined
 from rewards import swift_standin
 from rewards.conventions import STYLES, ConventionError, adapt, lift
 
@@ -175,6 +175,6 @@ def names() -> list[str]:
     return REWARDS.names()
 
 
-__all__ = ["PYTHON", "REWARDS", "STYLES", "Combined", "ConventionError", "Reward", "RewardError",
-           "build_combined", "get", "is_builtin", "is_import_path", "lift", "names", "register",
+__all__ = ["PYTHON", "REWARDS", "STYLES", "WRAPPER_KEYS", "Combined", "ConventionError", "Reward",
+           "RewardError", "build_combined", "get", "is_builtin", "is_import_path", "lift", "names", "register",
            "supplied"]

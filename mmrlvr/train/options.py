@@ -29,15 +29,15 @@ from typing import Any
 from mmrlvr.config import Config, ConfigError
 from mmrlvr.config.checks import _raise
 from mmrlvr.core.registry import Registry
+from rewards import WRAPPER_KEYS
 
 RESERVED = {
-    "rewards": ("name", "weight", "label", "style", "timeout_s", "failure_value", "isolation",
-                "memory_mb"),
+    "rewards": ("name", "weight", "label", "style", *WRAPPER_KEYS),
     "objectives": ("name", "weight"),
     "algo.shaping": ("name",),
 }
-"""Keys of a spec the core reads itself (the reward wrapper's, `rewards.base.WRAPPER_KEYS`);
-the plug-in never sees them."""
+"""Keys of a spec the core reads itself (`rewards.build_combined` takes the reward wrapper's,
+`WRAPPER_KEYS`, and the first four; the plug-in never sees them)."""
 
 
 def declared(factory: Any) -> tuple[dict[str, Any], set[str]] | None:

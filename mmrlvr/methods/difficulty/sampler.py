@@ -44,7 +44,6 @@ Cost: the graph O(nnz·N) once; a step O(N·K) for the draw and O(sweeps·(E + N
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import math
 import re
@@ -54,6 +53,8 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
+
+from mmrlvr.train.options import declared
 
 _WORD = re.compile(r"\w+")
 _BLOCK = 128          # graph columns per block: memory O(nnz·_BLOCK), not O(N²)
@@ -289,7 +290,7 @@ class DifficultySampler:
 def build(train_data: Sequence[Any], seed: int, **options: Any) -> DifficultySampler:
     """`train.sampler: difficulty` over the prompts' texts and task families, with
     `train.sampler_options` (an unknown option is refused by name)."""
-    known = set(inspect.signature(DifficultySampler).parameters) - set(build.options_filled)
+    known = set(declared(build)[0])       # the options mmrlvr.train.options checks at load
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(f"train.sampler_options: unknown option(s) {unknown}; the difficulty "

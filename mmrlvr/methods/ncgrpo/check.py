@@ -19,7 +19,7 @@ the sampler's own spread (our choice)."""
 CHANGED_FLOOR = 0.0
 """Share of noisy members whose greedy answer changed at or below which the noise is inactive."""
 DEFAULT = {"kind": "latent_noise", "alpha": 0.1}
-"""The branching checked where the run config has none (METHODS.md's defaults for the rest)."""
+"""The branching checked where the run config has none (the defaults of docs/methods.md, NC-GRPO, for the rest)."""
 ROWS = 16
 """Rows read by default (`--rows 0`)."""
 

@@ -5,7 +5,6 @@ SFT on a clip trajectory trains the call and the answer, not the tool's audio; a
 warm start GRPO's own rollouts call `clip` and get audio back (nothing scripted)."""
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
@@ -165,32 +164,18 @@ def test_sft_on_a_clip_trajectory_trains_the_call_and_the_answer_not_the_clip(
 def test_grpo_with_clip_after_the_warm_start_calls_it_unscripted(tmp_path):
     """SFT on two rows' gold trajectories teaches the call; GRPO's rollouts then make it, and
     the clips come back as audio turns."""
-    from mmrlvr.config import load_config
-    from mmrlvr.tiny import build_tiny
-    from mmrlvr.train.sft import sft
-    from mmrlvr.train.trainer import train
+    from tests.tool_warm_start import grpo_tool_steps, warm_start
 
     data = tmp_path / "clip"
     make_clip(data, n_train=2, n_test=2, seed=0, families=["pitch"])
-    corpus = [t["text"] for ex in rows(data) for t in ex.meta["trajectory"]] * 20
-    tiny = build_tiny("qwen2-audio", tmp_path / "tiny", extra_corpus=corpus)
     common = ["model.modality=audio", "model.freeze_audio=true",
               f"data.train={data / 'train.jsonl'}", "rollout.backend=hf", "rollout.max_turns=2",
               "rollout.tools=[{name: clip}]", "rollout.max_trajectory_tokens=200",
               "rollout.max_new_tokens=40", "train.seed=0", "train.threads=1",
               "rewards=[{name: accuracy, weight: 0.9}, {name: turn_format, weight: 0.1}]"]
-    sft(load_config(None, common + [
-        f"model.path={tiny}", "sft.steps=60", "sft.batch_size=2", "sft.lr=5e-3",
-        "sft.warmup_steps=2", f"sft.out_dir={tmp_path / 'sft'}"]), progress=False)
-    sft_log = [json.loads(x) for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    model, sft_log = warm_start(tmp_path, "qwen2-audio", data, common)
     assert sft_log[-1]["sft/loss"] < 0.1 * sft_log[1]["sft/loss"]
-    train(load_config(None, common + [
-        f"model.path={tmp_path / 'sft' / 'final'}", "rollout.group_size=2",
-        "rollout.temperature=0.3", "train.batch_prompts=2", "train.micro_batch=4",
-        "train.steps=2", "train.save_every=0", f"train.out_dir={tmp_path / 'grpo'}"]),
-        progress=False)
-    log = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in log if "tools/calls_per_rollout" in r]
+    steps = grpo_tool_steps(tmp_path, model, common)
     assert len(steps) == 2
     assert sum(r["tools/calls_per_rollout"] for r in steps) > 0       # the policy's own calls
     assert sum(r.get("tools/results_audio", 0) for r in steps) > 0    # ... that gave clips

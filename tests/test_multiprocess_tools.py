@@ -10,31 +10,25 @@ import yaml
 
 from mmrlvr.tasks.zoom import make_zoom
 from tests.test_multiprocess import cli, env, run_ok, torchrun
-from tests.test_zoom_task import PIXELS, VIEW, rows
+from tests.test_zoom_task import PIXELS, VIEW
+from tests.tool_warm_start import warm_start
 
 
 def test_tool_rollouts_on_two_ddp_ranks_call_the_tool_and_stay_in_step(tmp_path):
-    from mmrlvr.config import load_config
-    from mmrlvr.tiny import build_tiny
-    from mmrlvr.train.sft import sft
-
     data = tmp_path / "zoom"
     make_zoom(data, n_train=4, n_test=2, seed=0, view=VIEW, families=["count"])
-    corpus = [t["text"] for ex in rows(data) for t in ex.meta["trajectory"]] * 20
-    tiny = build_tiny("qwen2.5-vl", tmp_path / "tiny", extra_corpus=corpus)
     common = {"model": {"min_pixels": PIXELS, "max_pixels": PIXELS},
               "data": {"train": str(data / "train.jsonl"), "eval": ""},
               "rollout": {"backend": "hf", "max_turns": 2, "tools": [{"name": "zoom"}],
                           "max_trajectory_tokens": 160, "max_new_tokens": 60},
               "rewards": [{"name": "accuracy", "weight": 0.9}, {"name": "turn_format", "weight": 0.1}]}
-    warm = [f"model.path={tiny}", f"model.min_pixels={PIXELS}", f"model.max_pixels={PIXELS}",
+    warm = [f"model.min_pixels={PIXELS}", f"model.max_pixels={PIXELS}",
             f"data.train={data / 'train.jsonl'}", "rollout.max_turns=2",
             "rollout.tools=[{name: zoom}]", "rollout.max_trajectory_tokens=160",
-            "rollout.max_new_tokens=60", "train.threads=1", "sft.steps=60", "sft.batch_size=4",
-            "sft.lr=5e-3", "sft.warmup_steps=2", f"sft.out_dir={tmp_path / 'sft'}"]
-    sft(load_config(None, warm), progress=False)
+            "rollout.max_new_tokens=60", "train.threads=1"]
+    model, _ = warm_start(tmp_path, "qwen2.5-vl", data, warm, batch_size=4)
     cfg = {**common,
-           "model": {**common["model"], "path": str(tmp_path / "sft" / "final")},
+           "model": {**common["model"], "path": str(model)},
            "rollout": {**common["rollout"], "group_size": 2, "temperature": 0.3},
            "train": {"steps": 2, "batch_prompts": 2, "micro_batch": 4, "save_every": 0,
                      "eval_every": 0, "threads": 1, "seed": 0, "out_dir": str(tmp_path / "grpo")}}

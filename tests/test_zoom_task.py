@@ -5,7 +5,6 @@ tokens only (the tool turn is masked), and after that warm start GRPO with the t
 calls the policy wrote itself (nothing scripted)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -214,32 +213,18 @@ def test_a_gold_trajectory_that_is_not_a_call_is_named(zoom_dir):
 def test_grpo_with_the_tool_after_the_warm_start_calls_it_unscripted(tmp_path):
     """SFT on two rows' gold trajectories teaches the call; GRPO's rollouts then make it. The
     tokenizer learns the rows' text, trajectories included, as `mmrlvr tiny --corpus` does."""
-    from mmrlvr.config import load_config
-    from mmrlvr.tiny import build_tiny
-    from mmrlvr.train.sft import sft
-    from mmrlvr.train.trainer import train
+    from tests.tool_warm_start import grpo_tool_steps, warm_start
 
     data = tmp_path / "zoom"
     make_zoom(data, n_train=2, n_test=2, seed=0, view=VIEW, families=["count"])
-    corpus = [t["text"] for ex in rows(data) for t in ex.meta["trajectory"]] * 20
-    tiny = build_tiny("qwen2.5-vl", tmp_path / "tiny", extra_corpus=corpus)
     common = [f"model.min_pixels={PIXELS}", f"model.max_pixels={PIXELS}",
               f"data.train={data / 'train.jsonl'}", "rollout.backend=hf", "rollout.max_turns=2",
               "rollout.tools=[{name: zoom}]", "rollout.max_trajectory_tokens=160",
               "rollout.max_new_tokens=60", "train.seed=0", "train.threads=1",
               "rewards=[{name: accuracy, weight: 0.9}, {name: turn_format, weight: 0.1}]"]
-    sft(load_config(None, common + [
-        f"model.path={tiny}", "sft.steps=60", "sft.batch_size=2", "sft.lr=5e-3",
-        "sft.warmup_steps=2", f"sft.out_dir={tmp_path / 'sft'}"]), progress=False)
-    sft_log = [json.loads(x) for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    model, sft_log = warm_start(tmp_path, "qwen2.5-vl", data, common)
     assert sft_log[-1]["sft/loss"] < 0.1 * sft_log[0]["sft/loss"]
-    train(load_config(None, common + [
-        f"model.path={tmp_path / 'sft' / 'final'}", "rollout.group_size=2",
-        "rollout.temperature=0.3", "train.batch_prompts=2", "train.micro_batch=4",
-        "train.steps=2", "train.save_every=0", f"train.out_dir={tmp_path / 'grpo'}"]),
-        progress=False)
-    log = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in log if "tools/calls_per_rollout" in r]
+    steps = grpo_tool_steps(tmp_path, model, common)
     assert len(steps) == 2
     assert sum(r["tools/calls_per_rollout"] for r in steps) > 0       # the policy's own calls
     assert sum(r.get("tools/results_image", 0) for r in steps) > 0    # ... that gave crops

@@ -52,6 +52,4 @@ def load_plugins(entries: list[str]) -> None:
         except Exception as err:    # the package's own error, named with where it came from
             raise ConfigError(f"config key 'plugins': importing {name!r} failed: "
                               f"{type(err).__name__}: {err}") from err
-        if name not in registry.PLUGINS:
-            registry.PLUGINS.append(name)
-            registry._discovered.add(name)
+        registry.imported(name)

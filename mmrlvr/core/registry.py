@@ -33,6 +33,13 @@ for a name it does not hold, or for its names. A user's own plug-in package can 
 _discovered: set[str] = set()
 
 
+def imported(package: str) -> None:
+    """Count `package`, imported by the caller, among `PLUGINS` (a config's `plugins:` key)."""
+    if package not in PLUGINS:
+        PLUGINS.append(package)
+    _discovered.add(package)
+
+
 def discover() -> None:
     """Import every package of `PLUGINS` not imported yet (each registers its plug-ins)."""
     for package in list(PLUGINS):

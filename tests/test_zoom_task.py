@@ -5,6 +5,8 @@ tokens only (the tool turn is masked), and after that warm start GRPO with the t
 calls the policy wrote itself (nothing scripted)."""
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import numpy as np
@@ -224,7 +226,15 @@ def test_grpo_with_the_tool_after_the_warm_start_calls_it_unscripted(tmp_path):
               "rewards=[{name: accuracy, weight: 0.9}, {name: turn_format, weight: 0.1}]"]
     model, sft_log = warm_start(tmp_path, "qwen2.5-vl", data, common)
     assert sft_log[-1]["sft/loss"] < 0.1 * sft_log[0]["sft/loss"]
-    steps = grpo_tool_steps(tmp_path, model, common)
+    steps = grpo_tool_steps(tmp_path, model, common + [f"data.eval={data / 'test.jsonl'}"])
     assert len(steps) == 2
     assert sum(r["tools/calls_per_rollout"] for r in steps) > 0       # the policy's own calls
     assert sum(r.get("tools/results_image", 0) for r in steps) > 0    # ... that gave crops
+    # the eval records keep each question's whole trajectory, its last turn as the completion
+    records = [json.loads(x) for x in (tmp_path / "grpo" / "eval" / "step-2.jsonl").open()]
+    assert len(records) == 2
+    for rec in records:
+        turns = rec["trajectory"]["turns"]
+        assert turns and rec["completion"] == turns[-1]["text"]
+        assert rec["trajectory"]["ended"] in ("answer", "max_turns", "budget", "bad_call")
+    assert any(t["call"] is not None for rec in records for t in rec["trajectory"]["turns"])

@@ -18,6 +18,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 import rewards
+from mmrlvr.core.trajectory import trajectory_of
 from mmrlvr.data import Example
 from mmrlvr.rollout.base import SamplingParams
 from mmrlvr.train.writes import write_atomic
@@ -58,12 +59,14 @@ def score_examples(policy, engine, examples: list[Example], *, max_new_tokens: i
         for i, ex in enumerate(chunk):
             text = greedy.texts[i]
             acc = acc_reward.score(ex, [text])[0]
-            record = {"id": ex.id, "prompt": ex.prompt, "gold": ex.answer, "completion": text,
+            record = {"id": ex.id, "prompt": ex.prompt, "gold": ex.answer, "completion": str(text),
                       "correct": acc["overall"], "parsed": acc["parsed"],
                       "formatted": fmt_reward.score(ex, [text])[0]["overall"],
                       "length": lengths[i], "family": str(ex.meta.get("family", "all")),
                       "answer_type": str(ex.meta["answer_type"]) if "answer_type" in ex.meta
                       else None, "graded": {}}
+            if (traj := trajectory_of(text)) is not None:    # with tools: every turn, not the last
+                record["trajectory"] = traj.as_dict()
             if reward is not None:
                 record["graded"] = {"reward" if key == "overall" else f"reward/{key}": float(value)
                                     for key, value in reward.score(ex, [text])[0].items()}
@@ -119,6 +122,8 @@ def question_record(r: dict[str, Any]) -> dict[str, Any]:
     if "passed" in r:                              # pass@k: any of k samples correct
         out["passed"], out["k"] = bool(r["passed"]), r.get("k")
     out.update(r["graded"])                        # `reward` and `reward/<part>`, where scored
+    if "trajectory" in r:                          # multi-turn: the turns, calls and results
+        out["trajectory"] = r["trajectory"]
     return out
 
 

@@ -4,7 +4,7 @@
 # gold trajectories (call, crop, answer) and with the tool in its rollouts; `plain` on the direct
 # answers, single-turn. Every pipeline runs in the background on one thread (nice), all at once;
 # then `mmrlvr compare` pairs the held-out answers (run-level interval over the seeds) and
-# bench/zoom_plot.py draws the before/after figure.
+# bench/tool_plot.py draws the before/after figure.
 #
 #   bash bench/zoom_compare.sh [--seeds "0 1 2"] [--sft-steps 300] [--steps 20] [--out runs/zcmp]
 #        [--init runs/tiny-zoom-vision] [--png docs/img/zoom_tools.png]
@@ -63,4 +63,5 @@ for arm in plain tools; do
   ARGS+=(--arm "$arm=$(IFS=,; echo "${runs[*]}")")
 done
 $MM compare "${ARGS[@]}" --json "$OUT/compare.json" | tee "$OUT/compare.md"
-.venv/bin/python bench/zoom_plot.py "$OUT" --seeds "$SEEDS" --png "$PNG"
+.venv/bin/python bench/tool_plot.py zoom --arm "without tools=${ARGS[1]#plain=}" \
+  --arm "with zoom=${ARGS[3]#tools=}" --png "$PNG"

@@ -24,6 +24,7 @@ FAMILY = {"tones_cpu.yaml": "qwen2-audio", "qwen2audio7b_rubrics.yaml": "qwen2-a
           "qwen25omni7b_rubrics.yaml": "qwen2.5-omni"}
 """The tiny family of the model each shipped config that leaves a key out runs on."""
 NO_IMAGES = {"avqa_qwen3omni30b_a3b_lora.yaml", "arith_om_grpo_smollm2_cpu.yaml",
+             "arith_cue_grpo_smollm2_cpu.yaml",
              "arith_smollm2_lora_cpu.yaml", "clip_tools_cpu.yaml"}
 """Configs written after the defaults came from the model, for audio or text rows: they leave only
 the pixel bounds (which no row of theirs uses) to the model, and set rollout.max_new_tokens."""

@@ -120,16 +120,24 @@ def _leave_group() -> None:
         dist.destroy_process_group()
 
 
+def _join(device: str) -> Any:
+    """This process's `Dist`: under several processes it joins the group the run itself uses
+    (once) and leaves it at exit, as the CLI leaves it when its command ends."""
+    from mmrlvr.train.parallel import init
+
+    d = init(device)
+    if d.world > 1:
+        atexit.register(_leave_group)
+    return d
+
+
 def _on_main(fn: Callable[[], Any], device: str) -> Any:
     """`fn()` run by rank 0 alone, its result on every rank: under several processes (a script
     started by torchrun) one process writes the run's files and the others wait for their
     paths; an error there is raised on every rank, so none waits for ever."""
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return fn()
-    from mmrlvr.train.parallel import init
-
-    d = init(device)                         # joins the group the run itself will use
-    atexit.register(_leave_group)            # as the CLI leaves it when its command ends
+    d = _join(device)
     result, error = None, None
     if d.main:
         try:
@@ -386,18 +394,17 @@ class GRPOTrainer:
 
     def evaluate(self, eval_dataset: Any = None) -> dict[str, Any]:
         """Held-out figures of `model_dir` on `eval_dataset` (else the run's data.eval sets),
-        keyed as the run logs them (`eval/accuracy`, `eval/<name>/accuracy`, ...)."""
+        keyed as the run logs them (`eval/accuracy`, `eval/<name>/accuracy`, ...). Under several
+        processes every rank takes part as in the run's own eval (each scores its share of the
+        rows; the figures are of them all, on every rank) and rank 0 alone writes the rows."""
         from mmrlvr.api_eval import evaluate_model
 
         self._prepare()
-
-        def run() -> dict[str, Any]:        # rank 0's figures under several processes
-            sets = None if eval_dataset is None else api_data.write_eval(
-                eval_dataset, self.run_dir / "data" / "evaluate", dict(self.args.data.columns or {}))
-            with rewards.supplied(self._objects):
-                return evaluate_model(self.args, self.model_dir, sets)
-
-        metrics = _on_main(run, self.args.train.device)
+        device, columns = self.args.train.device, dict(self.args.data.columns or {})
+        sets = None if eval_dataset is None else _on_main(lambda: api_data.write_eval(
+            eval_dataset, self.run_dir / "data" / "evaluate", columns), device)
+        with rewards.supplied(self._objects):
+            metrics = evaluate_model(self.args, self.model_dir, sets, _join(device))
         _call(self.callbacks, "on_evaluate", metrics)
         return metrics
 

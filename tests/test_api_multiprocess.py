@@ -2,7 +2,9 @@
 `GRPOTrainer(..., args=GRPOConfig(...)).train()`, started as `torchrun --nproc_per_node 2`
 (gloo, CPU), trains as `torchrun ... mmrlvr train` does (tests/test_multiprocess.py): rank 0
 alone writes the run's data, the ranks score disjoint prompts each step and end with the same
-weights, and callbacks and the summary are rank 0's."""
+weights, and callbacks and the summary are rank 0's; `evaluate()` then runs on every rank, each
+scoring its share of the rows as the run's eval does, and gives every rank the figures one
+process gets on the same model and rows."""
 from __future__ import annotations
 
 import json
@@ -37,16 +39,18 @@ if __name__ == "__main__":
     ds = Rows({"prompt": f"<image>How many squares? ({i})", "solution": str(i % 3 + 1),
                "image": Image.new("RGB", (56, 56), (30 * i, 100, 200 - 20 * i)), "qid": f"q{i}"}
               for i in range(n))
+    held_out = Rows(ds[:4])                      # a slice: read by no one yet
     args = GRPOConfig(output_dir=out, per_device_train_batch_size=4, num_generations=2,
                       max_steps=2, max_completion_length=6, learning_rate=1e-3, seed=5,
-                      report_to="none", use_cpu=True)
+                      report_to="none", use_cpu=True, per_device_eval_batch_size=2)
     logged = []
     trainer = GRPOTrainer(model=model, reward_funcs=[traced], args=args, train_dataset=ds,
                           callbacks=[lambda step, metrics: logged.append(step)],
                           overrides=["model.min_pixels=3136", "model.max_pixels=3136"])
     summary = trainer.train()
+    figures = trainer.evaluate(held_out)
     with open(f"{out}.rank{os.environ['RANK']}.json", "w") as fh:
-        json.dump({"summary": summary, "logged": logged,
+        json.dump({"summary": summary, "logged": logged, "figures": figures,
                    "batch_prompts": trainer.args.train.batch_prompts}, fh)
 '''
 
@@ -63,11 +67,14 @@ def test_a_grpo_trainer_script_under_torchrun_trains_its_ranks_in_step(tmp_path,
     assert summary == json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["strategy"] == "ddp"
     assert summary["ranks_in_sync"] is True          # every rank's weights fingerprinted equal
+    figures = ranks[0].pop("figures")
+    assert ranks[1].pop("figures") == figures        # every rank gets the figures
     assert ranks[1] == {"summary": {}, "logged": [], "batch_prompts": 4}   # rank 0's alone
     assert ranks[0]["logged"] == [1, 2] == [r["step"] for r in read_metrics(run / "metrics.jsonl")]
     rows = (run / "data" / "train.jsonl").read_text().splitlines()
     assert [json.loads(r)["qid"] for r in rows] == [f"q{i}" for i in range(8)]
-    assert Path(f"{trace}.read0").is_file() and not Path(f"{trace}.read1").exists()  # rank 0 wrote
+    assert Path(f"{trace}.read0").read_text().count("read") == 2   # the rows, then the held-out rows
+    assert not Path(f"{trace}.read1").exists()       # rank 0 alone wrote the data files
     scored = {r: Path(f"{trace}.{r}").read_text().split() for r in (0, 1)}
     G, per_rank = 2, 2
     for step in range(2):
@@ -79,3 +86,19 @@ def test_a_grpo_trainer_script_under_torchrun_trains_its_ranks_in_step(tmp_path,
     start = AutoModelForImageTextToText.from_pretrained(tiny_vl).state_dict()
     final = AutoModelForImageTextToText.from_pretrained(run / "final").state_dict()
     assert any(not torch.equal(start[k], final[k]) for k in start)   # it trained
+    assert figures["eval/n"] == 4 and figures == one_process(run)
+
+
+def one_process(run: Path) -> dict:
+    """The figures one process gets on the trained model and the held-out rows rank 0 wrote
+    (one thread, as each torchrun rank has)."""
+    from mmrlvr.api_eval import evaluate_model
+    from mmrlvr.config import load_config
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return evaluate_model(load_config(run / "config.yaml"), run / "final",
+                              str(run / "data" / "evaluate" / "eval.jsonl"))
+    finally:
+        torch.set_num_threads(threads)

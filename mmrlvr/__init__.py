@@ -1,11 +1,12 @@
 """mmrlvr: RL from verifiable rewards (GRPO) for vision- and audio-language models.
 
-`from mmrlvr import GRPOTrainer, GRPOConfig, SFTTrainer, Callback, load_config` is the Python API
-(`mmrlvr.api`, docs/api.md); it is imported on first use, so `import mmrlvr` stays light.
+`from mmrlvr import GRPOTrainer, GRPOConfig, SFTTrainer, SFTConfig, Callback, load_config` is
+the Python API (`mmrlvr.api`, docs/api.md); it is imported on first use, so `import mmrlvr`
+stays light.
 """
 __version__ = "0.1.0"
 
-API = ("GRPOTrainer", "GRPOConfig", "SFTTrainer", "Callback", "load_config")
+API = ("GRPOTrainer", "GRPOConfig", "SFTTrainer", "SFTConfig", "Callback", "load_config")
 """The names `mmrlvr` itself exports from `mmrlvr.api`, lazily."""
 
 

@@ -13,7 +13,7 @@ in the run dir (`mmrlvr.api_data`); reward callables become config specs recorde
 where they have one and run isolated like file rewards (`mmrlvr.api_rewards`); a loaded model is
 saved into the run dir. What the run writes is what the CLI's run writes. `SFTTrainer` does the
 same for the supervised warm start (`mmrlvr sft`). `args` may also be TRL's `GRPOConfig(...)`
-(`mmrlvr.api_config`). A script started by `torchrun --nproc_per_node N` trains as `torchrun ...
+(`SFTConfig(...)` for SFTTrainer: `mmrlvr.api_config`). A script started by `torchrun --nproc_per_node N` trains as `torchrun ...
 mmrlvr train` does: rank 0 writes the data files, every rank trains its share of each step, and
 callbacks and the summary are rank 0's. docs/api.md has the whole surface.
 """
@@ -34,11 +34,12 @@ import yaml
 
 import rewards
 from mmrlvr import api_data
-from mmrlvr.api_config import GRPOConfig
+from mmrlvr.api_config import GRPOConfig, SFTConfig, TRLConfig
 from mmrlvr.api_rewards import rebind, reward_specs
 from mmrlvr.config import Config, ConfigError, load_config, to_dict
 
-__all__ = ["Callback", "GRPOConfig", "GRPOTrainer", "SFTTrainer", "checked_config", "load_config"]
+__all__ = ["Callback", "GRPOConfig", "GRPOTrainer", "SFTConfig", "SFTTrainer", "checked_config",
+           "load_config"]
 
 
 class Callback:
@@ -254,17 +255,20 @@ def _save_model(model: Any, processing_class: Any, out: Path) -> str:
 
 
 def _trl_config(args: Any, overrides: Sequence[str], specs: list[dict[str, Any]] | None,
-                train_dataset: Any, eval_dataset: Any) -> tuple[Config, int]:
+                train_dataset: Any, eval_dataset: Any, kind: type) -> tuple[Config, int]:
     """The checked Config of `args` and the callbacks' logging interval (TRL's logging_steps of
-    a GRPOConfig; 1: every row)."""
-    if not isinstance(args, GRPOConfig):
+    a GRPOConfig or SFTConfig, whichever `kind` the trainer takes; 1: every row)."""
+    if not isinstance(args, TRLConfig):
         return checked_config(args, overrides, specs), 1
+    trainer = "GRPOTrainer" if kind is GRPOConfig else "SFTTrainer"
+    if not isinstance(args, kind):
+        raise ConfigError(f"{trainer} takes args={kind.__name__}(...), not "
+                          f"{type(args).__name__} (TRL's names of the {trainer[:-7]} stage)")
     cfg = args.to_config(overrides, specs, rows=_length(train_dataset))
     if args.refuses_eval() and (eval_dataset is not None or cfg.data.eval):
-        raise ConfigError("GRPOConfig: eval_strategy='no' with eval data: mmrlvr evaluates "
-                          "wherever eval data is given (at the start, the end and every "
-                          "eval_steps); pass no eval_dataset to skip eval")
-    return cfg, args.every(cfg.train.steps)
+        raise ConfigError(f"{kind.__name__}: eval_strategy='no' with eval data: mmrlvr evaluates "
+                          "wherever eval data is given; pass no eval_dataset to skip eval")
+    return cfg, args.every(cfg)
 
 
 class GRPOTrainer:
@@ -293,7 +297,8 @@ class GRPOTrainer:
             reward_weights = args.to_dict().get("reward_weights")
         specs, self._objects = (None, {}) if reward_funcs is None else \
             reward_specs(reward_funcs, reward_weights)
-        cfg, every = _trl_config(args, overrides, specs, train_dataset, eval_dataset)
+        cfg, every = _trl_config(args, overrides, specs, train_dataset, eval_dataset,
+                                 GRPOConfig)
         if isinstance(model, (str, Path)):
             cfg.model.path = str(model)
         self.args = cfg
@@ -420,16 +425,16 @@ class SFTTrainer:
                  args: Any = None, overrides: Sequence[str] = (), overwrite: bool = False,
                  callbacks: Any = None):
         args, lifted = _lift_objects(args)
-        cfg = checked_config(args, overrides)
+        self._train = lifted.get("train_dataset") if train_dataset is None else train_dataset
+        self._eval = lifted.get("eval_dataset") if eval_dataset is None else eval_dataset
+        cfg, every = _trl_config(args, overrides, None, self._train, self._eval, SFTConfig)
         if isinstance(model, (str, Path)):
             cfg.sft.init = str(model)
         elif model is not None:
             raise ConfigError("SFTTrainer takes the model as a model dir (save a loaded model with "
                               "save_pretrained first)")
         self.args, self.out_dir, self._overwrite = cfg, Path(cfg.sft.out_dir), overwrite
-        self.callbacks = _callbacks(callbacks)
-        self._train = lifted.get("train_dataset") if train_dataset is None else train_dataset
-        self._eval = lifted.get("eval_dataset") if eval_dataset is None else eval_dataset
+        self.callbacks = [cb if every == 1 else _Every(cb, every) for cb in _callbacks(callbacks)]
         self.summary: dict[str, Any] | None = None
 
     @property

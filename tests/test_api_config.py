@@ -1,8 +1,8 @@
-"""TRL's `GRPOConfig` on mmrlvr (`mmrlvr.api_config`): a TRL script's names become mmrlvr's
-config keys with TRL's meaning (completions per device, epochs, TRL's loss and reward-scaling
-names), a name mmrlvr cannot honour or does not know is one error naming each with what to use
-instead, and a GRPOTrainer given `args=GRPOConfig(...)` trains with them (logging_steps sets
-its callbacks' cadence)."""
+"""TRL's `GRPOConfig` and `SFTConfig` on mmrlvr (`mmrlvr.api_config`): a TRL script's names
+become mmrlvr's config keys with TRL's meaning (completions or rows per device, epochs, TRL's
+loss and reward-scaling names), a name mmrlvr cannot honour or does not know is one error naming
+each with what to use instead, and a GRPOTrainer given `args=GRPOConfig(...)` (an SFTTrainer
+given `args=SFTConfig(...)`) trains with them (logging_steps sets its callbacks' cadence)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import datasets
 import pytest
 from PIL import Image
 
-from mmrlvr import GRPOConfig, GRPOTrainer
+from mmrlvr import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 from mmrlvr.config import ConfigError, load_config
 from mmrlvr.train.logger import read_metrics
 
@@ -118,3 +118,67 @@ def test_a_trainer_given_a_grpo_config_trains_with_its_names(tmp_path, tiny_vl):
         [("counted", 1.0), ("short", 0.25)]
     assert (saved.rollout.group_size, saved.optim.lr, saved.train.micro_batch) == (2, 1e-4, 4)
     assert json.loads((run / "summary.json").read_text()) == summary
+
+
+def test_sft_config_sets_the_warm_starts_keys_with_trls_meaning(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")            # rows a step count the processes, as in TRL
+    args = SFTConfig(output_dir="runs/sft", learning_rate=1e-4, per_device_train_batch_size=4,
+                     gradient_accumulation_steps=2, num_train_epochs=2, warmup_ratio=0.25,
+                     lr_scheduler_type="cosine", seed=42, weight_decay=0.01, report_to="none",
+                     bf16=False, max_length=None)
+    cfg = args.to_config(rows=40)                    # 4 x 2 x 2 = 16 rows a step: ceil(2 x 40 / 16)
+    assert (cfg.sft.out_dir, cfg.sft.lr, cfg.train.micro_batch, cfg.sft.batch_size, cfg.sft.steps,
+            cfg.sft.warmup_steps, cfg.optim.min_lr_ratio, cfg.train.seed, cfg.optim.weight_decay,
+            cfg.train.report_to, cfg.model.dtype) == \
+        ("runs/sft", 1e-4, 4, 16, 5, 2, 0.0, 42, 0.01, [], "float32")
+    assert cfg.train.out_dir == load_config(None).train.out_dir     # the GRPO run's: untouched
+    assert SFTConfig(max_steps=3).to_config().sft.steps == 3
+    held = SFTConfig(lr_scheduler_type="constant").to_config()      # TRL's constant: no warm-up
+    assert (held.optim.min_lr_ratio, held.sft.warmup_steps) == (1.0, 0)
+    assert args.learning_rate == 1e-4 and "SFTConfig(output_dir='runs/sft'" in repr(args)
+
+
+def test_sft_config_refuses_what_the_warm_start_cannot_honour_in_one_error():
+    with pytest.raises(ConfigError) as err:
+        SFTConfig(learning_rate=-1, num_generations=4, max_length=1024, packing=True,
+                  save_steps=100, lr_scheduler_type="linear", learnin_rate=1e-5, push_to_hub=True)
+    lines = str(err.value).splitlines()
+    assert lines[0] == "SFTConfig: 8 problems (fix them all, then rerun):"
+    text = "\n".join(lines[1:])
+    for needle in ("learning_rate=-1 (mmrlvr's sft.lr): config key 'sft.lr'",
+                   "num_generations: a GRPOConfig name (the GRPO stage's)",
+                   "max_length=1024: mmrlvr sft trains on whole rows, never truncated",
+                   "packing=True: mmrlvr sft pads each batch",
+                   "save_steps: mmrlvr sft writes its final model only",
+                   "lr_scheduler_type='linear' has no mmrlvr form; it takes 'cosine'",
+                   "learnin_rate: mmrlvr's SFTConfig does not take it; did you mean 'learning_rate'?",
+                   "push_to_hub: mmrlvr does not upload"):
+        assert needle in text, needle
+    with pytest.raises(ConfigError, match="'constant' does not warm up: use 'constant_with_warmup'"):
+        SFTConfig(lr_scheduler_type="constant", warmup_steps=5)
+    with pytest.raises(ConfigError, match=r"SFTTrainer takes args=SFTConfig\(...\), not GRPOConfig"):
+        SFTTrainer(model="runs/tiny", train_dataset=[{"prompt": "p"}], args=GRPOConfig())
+    with pytest.raises(ConfigError, match=r"GRPOTrainer takes args=GRPOConfig\(...\), not SFTConfig"):
+        GRPOTrainer(model="runs/tiny", reward_funcs=[counted], train_dataset=[{"prompt": "p"}],
+                    args=SFTConfig())
+
+
+def test_an_sft_trainer_given_an_sft_config_trains_with_its_names(tmp_path, tiny_vl):
+    ds = datasets.Dataset.from_dict({"prompt": [f"<image>How many? ({i})" for i in range(4)],
+                                     "image": [_image(i) for i in range(4)],
+                                     "solution": [str(i % 3 + 1) for i in range(4)],
+                                     "reasoning": ["I count them."] * 4})
+    out = tmp_path / "sft"
+    args = SFTConfig(output_dir=str(out), learning_rate=1e-3, per_device_train_batch_size=2,
+                     num_train_epochs=1, warmup_steps=0, logging_steps=2, report_to=[])
+    logged = []
+    sft = SFTTrainer(model=str(tiny_vl), train_dataset=ds, args=args,
+                     callbacks=[lambda step, m: logged.append(step)],
+                     overrides=["model.min_pixels=3136", "model.max_pixels=3136"])
+    assert (sft.args.sft.batch_size, sft.args.sft.steps) == (2, 2)   # 4 rows, 1 epoch
+    summary = sft.train()
+    assert summary["steps"] == 2 and (sft.model_dir / "config.json").is_file()
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]   # every step kept
+    assert logged == [2]                             # on_log at TRL's logging_steps
+    saved = load_config(out / "config.yaml")
+    assert (saved.sft.lr, saved.sft.warmup_steps, saved.train.micro_batch) == (1e-3, 0, 2)

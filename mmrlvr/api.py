@@ -34,7 +34,7 @@ import yaml
 
 import rewards
 from mmrlvr import api_data
-from mmrlvr.api_config import GRPOConfig, SFTConfig, TRLConfig
+from mmrlvr.api_config import GRPOConfig, SFTConfig, TRLConfig, lora_overrides
 from mmrlvr.api_rewards import rebind, reward_specs
 from mmrlvr.config import Config, ConfigError, load_config, to_dict
 
@@ -281,13 +281,15 @@ class GRPOTrainer:
     see `mmrlvr.api_data`; `callbacks`: `Callback`s or functions f(step, metrics);
     `overrides`: dotted keys as on the command line; `overwrite`: replace an earlier run in
     train.out_dir; `max_rows`: rows read from an iterable dataset (default: the rows the run
-    draws, train.steps x train.batch_prompts)."""
+    draws, train.steps x train.batch_prompts); `peft_config`: TRL's, a peft.LoraConfig read
+    into model.lora (`mmrlvr.api_config.peft`)."""
 
     def __init__(self, model: Any = None, reward_funcs: Any = None, args: Any = None,
                  train_dataset: Any = None, eval_dataset: Any = None, callbacks: Any = None,
                  processing_class: Any = None, reward_weights: Sequence[float] | None = None,
                  overrides: Sequence[str] = (), overwrite: bool = False,
-                 max_rows: int | None = None):
+                 max_rows: int | None = None, peft_config: Any = None):
+        overrides = [*lora_overrides(peft_config), *overrides]     # model.lora; overrides win
         args, lifted = _lift_objects(args)
         model = lifted.get("model", model) if model is None else model
         reward_funcs = lifted.get("reward_funcs", reward_funcs) if reward_funcs is None else reward_funcs
@@ -417,13 +419,15 @@ class GRPOTrainer:
 class SFTTrainer:
     """`mmrlvr sft` from Python: the supervised warm start on rows with a reference `reasoning`
     (`<think>` part) and answer. `model` a model dir (the start: sft.init), `args` as
-    GRPOTrainer's; the data go to sft.out_dir/data; `callbacks` as GRPOTrainer's (`on_log` for
-    each SFT metrics row, `on_train_end` with the summary). `train()` returns the SFT summary
-    and `model_dir` is the warm-started model to give GRPOTrainer as `model`."""
+    GRPOTrainer's or TRL's `SFTConfig(...)`; the data go to sft.out_dir/data; `callbacks` and
+    `peft_config` as GRPOTrainer's (`on_log` for each SFT metrics row, `on_train_end` with the
+    summary). `train()` returns the SFT summary and `model_dir` is the warm-started model to
+    give GRPOTrainer as `model`."""
 
     def __init__(self, model: Any = None, train_dataset: Any = None, eval_dataset: Any = None,
                  args: Any = None, overrides: Sequence[str] = (), overwrite: bool = False,
-                 callbacks: Any = None):
+                 callbacks: Any = None, peft_config: Any = None):
+        overrides = [*lora_overrides(peft_config), *overrides]     # model.lora; overrides win
         args, lifted = _lift_objects(args)
         self._train = lifted.get("train_dataset") if train_dataset is None else train_dataset
         self._eval = lifted.get("eval_dataset") if eval_dataset is None else eval_dataset

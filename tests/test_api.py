@@ -30,6 +30,10 @@ def accuracy(completions, solution, **kwargs):          # TRL's convention, impo
     return [float(s in c) for c, s in zip(completions, solution)]
 
 
+def brief(completions, **kwargs):                    # varies within a group: an update
+    return [1.0 - min(len(c), 30) / 30 for c in completions]
+
+
 def _image(i: int) -> Image.Image:
     return Image.new("RGB", (56, 56), (30 * i % 255, 100, 200 - 10 * i))
 
@@ -225,3 +229,50 @@ def test_the_warm_start_runs_through_sft_trainer_with_callbacks(tmp_path, tiny_v
     rows = read_metrics(tmp_path / "sft" / "metrics.jsonl")
     assert losses == [(r["step"], r["sft/loss"]) for r in rows] and [s for s, _ in losses] == [1, 2]
     assert ended == [summary]
+
+
+def test_a_peft_lora_config_trains_the_adapters_alone_as_model_lora_does(tmp_path, tiny_vl):
+    """TRL's peft_config=LoraConfig(...) is read into model.lora: the run is bit for bit the one
+    the same model.lora in the config makes, and only the adapters train (the merged final
+    model differs from the start in the targeted projections alone)."""
+    import peft
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    keys = {"optim.lr": 1e-3, "train.save_every": 0}
+    lora = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
+    runs = {"peft": tmp_path / "peft", "keys": tmp_path / "keys"}
+    GRPOTrainer(model=str(tiny_vl), reward_funcs=[accuracy, brief], train_dataset=_dataset(4),
+                args=_args(runs["peft"], **keys), peft_config=lora).train()
+    GRPOTrainer(model=str(tiny_vl), reward_funcs=[accuracy, brief], train_dataset=_dataset(4),
+                args=_args(runs["keys"], **keys, **{"model.lora.r": 4, "model.lora.alpha": 8,
+                                                   "model.lora.target_modules": "[q_proj,v_proj]"})
+                ).train()
+    rows = {k: [{m: v for m, v in r.items() if not m.startswith(("time/", "perf/"))}
+                for r in read_metrics(run / "metrics.jsonl")] for k, run in runs.items()}
+    assert rows["peft"] == rows["keys"] and "loss/policy" in rows["peft"][-1]
+    assert load_config(runs["peft"] / "config.yaml").model.lora == \
+        load_config(runs["keys"] / "config.yaml").model.lora
+    start = AutoModelForImageTextToText.from_pretrained(tiny_vl).state_dict()
+    final = AutoModelForImageTextToText.from_pretrained(runs["peft"] / "final").state_dict()
+    moved = {k for k in start if not torch.equal(start[k], final[k])}
+    assert moved and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in moved), moved
+    assert (runs["peft"] / "final" / "adapter" / "adapter_config.json").is_file()
+
+
+def test_a_peft_config_mmrlvr_cannot_build_is_one_error(tiny_vl):
+    import peft
+
+    def trainer(config):
+        return GRPOTrainer(model=str(tiny_vl), reward_funcs=[accuracy], train_dataset=_dataset(2),
+                           peft_config=config)
+
+    with pytest.raises(ConfigError, match=r"use_dora=True .*; bias='all'|bias='all' .*use_dora=True"):
+        trainer(peft.LoraConfig(r=4, use_dora=True, bias="all"))
+    with pytest.raises(ConfigError, match="peft_config is IA3Config .*mmrlvr trains LoRA only"):
+        trainer(peft.IA3Config())
+    with pytest.raises(ConfigError, match="target_modules='all-linear': give a list"):
+        SFTTrainer(model=str(tiny_vl), train_dataset=_dataset(2),
+                   peft_config=peft.LoraConfig(target_modules="all-linear"))
+    cfg = trainer(peft.LoraConfig(r=2, task_type="CAUSAL_LM")).args.model.lora
+    assert (cfg.r, cfg.alpha, cfg.target_modules) == (2, 8, ["auto"])   # peft's alpha; None: auto

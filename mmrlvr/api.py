@@ -35,6 +35,7 @@ import yaml
 import rewards
 from mmrlvr import api_data
 from mmrlvr.api_config import GRPOConfig, SFTConfig, TRLConfig, lora_overrides
+from mmrlvr.api_config.launch import refuse_lone_launch
 from mmrlvr.api_rewards import rebind, reward_specs
 from mmrlvr.config import Config, ConfigError, load_config, to_dict
 
@@ -289,6 +290,7 @@ class GRPOTrainer:
                  processing_class: Any = None, reward_weights: Sequence[float] | None = None,
                  overrides: Sequence[str] = (), overwrite: bool = False,
                  max_rows: int | None = None, peft_config: Any = None):
+        refuse_lone_launch()                 # accelerate's one process for N: torchrun
         overrides = [*lora_overrides(peft_config), *overrides]     # model.lora; overrides win
         args, lifted = _lift_objects(args)
         model = lifted.get("model", model) if model is None else model
@@ -328,6 +330,7 @@ class GRPOTrainer:
         --resume RUN_DIR [overrides]` does (e.g. overrides=["train.steps=400"]). Rewards that
         were Python callables are given again as `reward_funcs` (matched to the run's by name;
         weights and options stay the run's); rewards recorded by import path load by themselves."""
+        refuse_lone_launch()
         run_dir = Path(run_dir)
         if not (run_dir / "config.yaml").is_file():
             raise FileNotFoundError(f"{run_dir}: no config.yaml, so not a run dir to resume")
@@ -427,6 +430,7 @@ class SFTTrainer:
     def __init__(self, model: Any = None, train_dataset: Any = None, eval_dataset: Any = None,
                  args: Any = None, overrides: Sequence[str] = (), overwrite: bool = False,
                  callbacks: Any = None, peft_config: Any = None):
+        refuse_lone_launch()                 # accelerate's one process for N: torchrun
         overrides = [*lora_overrides(peft_config), *overrides]     # model.lora; overrides win
         args, lifted = _lift_objects(args)
         self._train = lifted.get("train_dataset") if train_dataset is None else train_dataset

@@ -4,16 +4,22 @@
 alone writes the run's data, the ranks score disjoint prompts each step and end with the same
 weights, and callbacks and the summary are rank 0's; `evaluate()` then runs on every rank, each
 scoring its share of the rows as the run's eval does, and gives every rank the figures one
-process gets on the same model and rows."""
+process gets on the same model and rows. `accelerate launch --multi_gpu` (torchrun underneath)
+runs such a script on two ranks on CPU too; `accelerate launch --cpu --num_processes 2` starts one
+process, which the trainer refuses, naming torchrun."""
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from mmrlvr.train.logger import read_metrics
-from tests.test_multiprocess import env, run_ok, torchrun
+from tests.test_multiprocess import env, free_port, run_ok, torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,3 +108,78 @@ def one_process(run: Path) -> dict:
                               str(run / "data" / "evaluate" / "eval.jsonl"))
     finally:
         torch.set_num_threads(threads)
+
+
+EVAL_SCRIPT = '''
+import json, os, sys
+import yaml
+from PIL import Image
+from mmrlvr import GRPOConfig, GRPOTrainer
+from mmrlvr.config import to_dict
+
+def brief(completions, **kwargs):
+    return [1.0 - min(len(c), 20) / 20 for c in completions]
+
+if __name__ == "__main__":
+    model, out = sys.argv[1:3]
+    rows = [{"prompt": f"<image>How many squares? ({i})", "solution": str(i % 3 + 1),
+             "image": Image.new("RGB", (56, 56), (30 * i, 100, 200 - 20 * i))} for i in range(4)]
+    args = GRPOConfig(output_dir=out, max_completion_length=6, per_device_eval_batch_size=2,
+                      report_to="none", use_cpu=True)
+    trainer = GRPOTrainer(model=model, reward_funcs=[brief], args=args, train_dataset=rows,
+                          overrides=["model.min_pixels=3136", "model.max_pixels=3136"])
+    figures = trainer.evaluate(rows)
+    rank = os.environ.get("RANK", "0")
+    with open(f"{out}.rank{rank}.json", "w") as fh:
+        json.dump({"figures": figures, "world": os.environ.get("WORLD_SIZE")}, fh)
+    if rank == "0":
+        with open(f"{out}.config.yaml", "w") as fh:
+            yaml.safe_dump(to_dict(trainer.args), fh)
+'''
+needs_accelerate = pytest.mark.skipif(importlib.util.find_spec("accelerate") is None,
+                                      reason="accelerate is not installed")
+
+
+def accelerate(*flags: str) -> list[str]:
+    return [sys.executable, "-m", "accelerate.commands.launch", *flags, "--num_processes", "2",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+
+
+@needs_accelerate
+def test_accelerate_launch_multi_gpu_runs_an_api_script_on_two_ranks_on_cpu(tmp_path, tiny_vl):
+    """accelerate's --multi_gpu launcher is torchrun underneath: it sets RANK and WORLD_SIZE
+    (gloo where there is no GPU), so an API script's evaluate runs on both ranks."""
+    from mmrlvr.api_eval import evaluate_model
+    from mmrlvr.config import load_config
+
+    script, run = tmp_path / "eval.py", tmp_path / "run"
+    script.write_text(EVAL_SCRIPT)
+    run_ok([*accelerate("--multi_gpu", "--main_process_port", str(free_port())), str(script),
+            str(tiny_vl), str(run)], env=env(PYTHONPATH=str(ROOT)), cwd=tmp_path)
+    ranks = [json.loads(Path(f"{run}.rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world"] for r in ranks] == ["2", "2"] and ranks[0] == ranks[1]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = evaluate_model(load_config(f"{run}.config.yaml"), tiny_vl,
+                             str(run / "data" / "evaluate" / "eval.jsonl"))
+    finally:
+        torch.set_num_threads(threads)
+    assert ranks[0]["figures"] == one and one["eval/n"] == 4
+
+
+@needs_accelerate
+def test_accelerate_launch_cpu_starts_one_process_so_the_trainer_says_use_torchrun(tmp_path,
+                                                                                  tiny_vl):
+    """`accelerate launch --cpu --num_processes 2` starts ONE process and sets no RANK or
+    WORLD_SIZE (accelerate's simple launcher): refused before anything is written, naming
+    torchrun, instead of one process training the whole run as if there were two."""
+    script, run = tmp_path / "eval.py", tmp_path / "run"
+    script.write_text(EVAL_SCRIPT)
+    out = subprocess.run([*accelerate("--cpu"), str(script), str(tiny_vl), str(run)],
+                         capture_output=True, text=True, env=env(PYTHONPATH=str(ROOT)),
+                         cwd=tmp_path, timeout=300)
+    assert out.returncode != 0
+    assert "accelerate launch --num_processes 2 started this script as one process" in out.stderr
+    assert "torchrun --nproc_per_node 2 SCRIPT" in out.stderr and "--multi_gpu" in out.stderr
+    assert not run.exists() and not Path(f"{run}.rank0.json").exists()

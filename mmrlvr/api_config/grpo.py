@@ -147,17 +147,10 @@ class GRPOConfig(TRLConfig):
 
     @classmethod
     def converted(cls, name: str, value: Any, given: dict[str, Any]) -> dict[str, Any]:
-        """The mmrlvr keys of one CONVERTED name (steps and ratios that need the run's length
-        are `to_config`'s)."""
-        if name == "max_steps":
-            return {"train.steps": value} if not (isinstance(value, int) and value <= 0) else {}
-        if name in ("num_train_epochs", "warmup_ratio"):
-            return {}
+        """The mmrlvr keys of one CONVERTED name (the run-length names are TRLConfig.length's)."""
         if name == "epsilon":          # TRL: epsilon_high is epsilon unless given
             return {"algo.clip_low": value, **({} if "epsilon_high" in given else
                                                {"algo.clip_high": value})}
-        if name == "warmup_steps":
-            return {} if isinstance(value, float) and 0 < value < 1 else {"optim.warmup_steps": value}
         if name == "lr_scheduler_type":
             schedule, floor = choice(name, value, SCHEDULES)
             return {"optim.schedule": schedule, **({"optim.min_lr_ratio": floor}

@@ -98,14 +98,7 @@ class SFTConfig(TRLConfig):
 
     @classmethod
     def converted(cls, name: str, value: Any, given: dict[str, Any]) -> dict[str, Any]:
-        """The mmrlvr keys of one CONVERTED name (steps and ratios that need the run's length
-        are `to_config`'s)."""
-        if name == "max_steps":
-            return {"sft.steps": value} if not (isinstance(value, int) and value <= 0) else {}
-        if name in ("num_train_epochs", "warmup_ratio"):
-            return {}
-        if name == "warmup_steps":
-            return {} if isinstance(value, float) and 0 < value < 1 else {"sft.warmup_steps": value}
+        """The mmrlvr keys of one CONVERTED name (the run-length names are TRLConfig.length's)."""
         if name == "lr_scheduler_type":
             floor = choice(name, value, SCHEDULES)
             no_warmup = str(value).lower() == "constant"      # TRL's constant does not warm up

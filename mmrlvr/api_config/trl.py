@@ -53,6 +53,10 @@ COMMON_INSTEAD: dict[str, str] = {
 """Names neither config takes, and what to do instead."""
 
 
+LENGTH = ("max_steps", "num_train_epochs", "warmup_steps", "warmup_ratio")
+"""The run-length names both configs convert the same way, into their own STEPS and WARMUP."""
+
+
 def world() -> int:
     """The launch's process count (torchrun's WORLD_SIZE)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
@@ -115,8 +119,18 @@ class TRLConfig:
 
     @classmethod
     def converted(cls, name: str, value: Any, given: dict[str, Any]) -> dict[str, Any]:
-        """The mmrlvr keys of one CONVERTED name (the subclass's)."""
+        """The mmrlvr keys of one CONVERTED name other than the run's length (the subclass's)."""
         raise NotImplementedError
+
+    @classmethod
+    def length(cls, name: str, value: Any) -> dict[str, Any]:
+        """The keys of a run-length name (LENGTH) that need no training-set length: max_steps
+        > 0 and whole warmup_steps; epochs and warm-up ratios are `to_config`'s (`_derived`)."""
+        if name == "max_steps":
+            return {cls.STEPS: value} if not (isinstance(value, int) and value <= 0) else {}
+        if name == "warmup_steps" and not (isinstance(value, float) and 0 < value < 1):
+            return {cls.WARMUP: value}
+        return {}
 
     def __init__(self, **kwargs: Any):
         object.__setattr__(self, "_given", {})
@@ -129,7 +143,7 @@ class TRLConfig:
         if name in cls.MAPPED:
             return {cls.MAPPED[name]: value}
         if name in cls.CONVERTED:
-            return cls.converted(name, value, given)
+            return cls.length(name, value) if name in LENGTH else cls.converted(name, value, given)
         if name in cls.FIXED:
             values, instead = cls.FIXED[name]
             if not any(value == v and type(value) is type(v) for v in values):

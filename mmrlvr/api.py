@@ -35,7 +35,7 @@ import yaml
 import rewards
 from mmrlvr import api_data
 from mmrlvr.api_config import GRPOConfig, SFTConfig, TRLConfig, lora_overrides
-from mmrlvr.api_config.launch import refuse_lone_launch
+from mmrlvr.train.launch import refuse_lone_launch
 from mmrlvr.api_rewards import rebind, reward_specs
 from mmrlvr.config import Config, ConfigError, load_config, to_dict
 

@@ -182,3 +182,29 @@ def test_an_sft_trainer_given_an_sft_config_trains_with_its_names(tmp_path, tiny
     assert logged == [2]                             # on_log at TRL's logging_steps
     saved = load_config(out / "config.yaml")
     assert (saved.sft.lr, saved.sft.warmup_steps, saved.train.micro_batch) == (1e-3, 0, 2)
+
+
+def test_an_accelerate_launch_asks_for_the_process_count_of_its_flag_or_its_config_file(
+        tmp_path, monkeypatch):
+    """The count a lone process was meant to be one of: --num_processes, else the --config_file's
+    num_processes, else accelerate's default file (read, as accelerate does, only without
+    --cpu); 1 when none names one."""
+    from mmrlvr.train.launch import asked_processes
+
+    launch = ["accelerate", "launch"]
+    named = tmp_path / "four.yaml"
+    named.write_text("distributed_type: MULTI_CPU\nnum_processes: 4\n")
+    home = tmp_path / "hf"
+    (home / "accelerate").mkdir(parents=True)
+    (home / "accelerate" / "default_config.yaml").write_text("num_processes: 3\n")
+    monkeypatch.setenv("HF_HOME", str(home))
+    assert asked_processes([*launch, "--num_processes", "2", "x.py"]) == 2
+    assert asked_processes([*launch, "--num_processes=2", "--config_file", str(named)]) == 2
+    assert asked_processes([*launch, "--config_file", str(named), "x.py"]) == 4
+    assert asked_processes([*launch, "--config-file=" + str(named), "x.py"]) == 4
+    assert asked_processes([*launch, "x.py"]) == 3                 # the default file
+    assert asked_processes([*launch, "--cpu", "x.py"]) == 1        # accelerate skips it then
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "none"))
+    assert asked_processes([*launch, "x.py"]) == 1
+    named.write_text(": not yaml [")
+    assert asked_processes([*launch, "--config_file", str(named), "x.py"]) == 1

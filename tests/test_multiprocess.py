@@ -7,6 +7,7 @@ and that a killed 2-process run resumes to the same metrics.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -347,6 +348,28 @@ def test_deepspeed_through_accelerate_is_refused_before_loading(tmp_path, tiny_v
                          text=True, env=env(ACCELERATE_USE_DEEPSPEED="true"), timeout=120)
     assert out.returncode == 2
     assert "DeepSpeed is not supported" in out.stderr and "fsdp2" in out.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("accelerate") is None,
+                    reason="accelerate is not installed")
+def test_mmrlvr_train_started_alone_by_accelerate_from_a_config_file_is_refused(
+        tmp_path, tiny_vl, shapes_dir):
+    """`accelerate launch --config_file F -m mmrlvr.cli train` with F's num_processes: 2 and no
+    --multi_gpu starts ONE process with no RANK or WORLD_SIZE: `mmrlvr train` refuses it before
+    the run dir exists, naming the count from the file, torchrun and --multi_gpu."""
+    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "lone")
+    launch = tmp_path / "accelerate.yaml"
+    launch.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "use_cpu": True,
+                                      "distributed_type": "MULTI_CPU", "num_processes": 2,
+                                      "num_machines": 1, "mixed_precision": "no",
+                                      "dynamo_backend": "NO"}))
+    out = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                          str(launch), "-m", "mmrlvr.cli", "train", str(cfg)],
+                         capture_output=True, text=True, env=env(), timeout=300)
+    assert out.returncode != 0
+    assert "accelerate launch --num_processes 2 started this script as one process" in out.stderr
+    assert "torchrun --nproc_per_node 2" in out.stderr and "--multi_gpu" in out.stderr
+    assert not (tmp_path / "lone").exists()
 
 
 @pytest.mark.parametrize("strategy, teacher", [("ddp", "live"), ("fsdp2", "frozen")])

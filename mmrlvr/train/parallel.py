@@ -33,9 +33,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-
-class LaunchError(RuntimeError):
-    """A launcher, engine or world size this run cannot use; the message says what to do."""
+from mmrlvr.train.launch import LaunchError, refuse_lone_launch, refuse_unsupported_launch
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -95,23 +93,10 @@ class Dist:
             dist.barrier()
 
 
-def refuse_unsupported_launch() -> None:
-    """DeepSpeed and accelerate's FSDP plugin would wrap the model behind our back: say so."""
-    env = {k: os.environ.get(k, "").lower() for k in ("ACCELERATE_USE_DEEPSPEED",
-                                                          "ACCELERATE_USE_FSDP")}
-    if env["ACCELERATE_USE_DEEPSPEED"] == "true":
-        raise LaunchError("DeepSpeed is not supported: mmrlvr shards with FSDP2 itself. Launch with "
-                          "a plain multi-GPU accelerate config (configs/accelerate/) or torchrun, "
-                          "and set train.strategy: fsdp2")
-    if env["ACCELERATE_USE_FSDP"] == "true":
-        raise LaunchError("accelerate's FSDP plugin is not used: mmrlvr applies FSDP2 itself. Launch "
-                          "with a plain multi-GPU accelerate config (configs/accelerate/) or "
-                          "torchrun, and set train.strategy: fsdp2")
-
-
 def init(device_name: str = "auto") -> Dist:
     """This process's Dist; joins the process group when a launcher started several."""
     refuse_unsupported_launch()
+    refuse_lone_launch()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return Dist(device=pick_device(device_name))

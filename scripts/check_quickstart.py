@@ -5,9 +5,18 @@ README shows. Exit 0 when every cell matches, 1 with each mismatch named otherwi
 
     python scripts/check_quickstart.py [--readme README.md] [--run runs/quickstart]
 
+    python scripts/check_quickstart.py --tolerance 0.08 --min-gain 0.05
+
+With --tolerance T the exact comparison is still printed, but the exit status says whether every
+held-out accuracy cell is within T of the README's and GRPO raised held-out accuracy by at least
+--min-gain over its first eval: the check CI binds on (`.ci/run`). Exactness across machines is
+not promised: another CPU's kernels round differently, and an RL run that rounds differently
+takes another path, about as far from the README's as another seed's (between-seed SD about 4
+points at this size, docs/evidence.md). What the tolerant check catches is a quickstart that no
+longer learns, or that learns far less or more than the README says.
+
 scripts/check_quickstart.sh runs the quickstart and then this; `.ci/run` runs that after the
-suite, so a change of figures (a package version, a change to the step) fails CI until the
-README says what the quickstart now prints."""
+suite."""
 from __future__ import annotations
 
 import argparse
@@ -72,15 +81,52 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--readme", type=Path, default=Path("README.md"))
     ap.add_argument("--run", type=Path, default=Path("runs/quickstart"))
+    ap.add_argument("--tolerance", type=float, default=None,
+                    help="pass when each held-out accuracy is within this of the README's and "
+                         "the gain is at least --min-gain (the exact comparison is still printed)")
+    ap.add_argument("--min-gain", type=float, default=0.05,
+                    help="with --tolerance: the least rise of held-out accuracy from the first "
+                         "eval to the last (default 0.05)")
     args = ap.parse_args(argv)
     header, rows = readme_table(args.readme)
-    wrong = mismatches(header, rows, run_evals(args.run))
+    evals = run_evals(args.run)
+    wrong = mismatches(header, rows, evals)
     if wrong:
-        print("the quickstart did not print the README's figures:\n  " + "\n  ".join(wrong))
+        print("the quickstart did not print the README's figures exactly:\n  " + "\n  ".join(wrong))
+    else:
+        print(f"the quickstart printed the README's figures ({len(rows)} evals × "
+              f"{len(header) - 1} columns)")
+    if args.tolerance is None:
+        return 1 if wrong else 0
+    far = tolerance_problems(rows, evals, args.tolerance, args.min_gain)
+    if far:
+        print("the quickstart is outside the README's figures by more than the tolerance:\n  "
+              + "\n  ".join(far))
         return 1
-    print(f"the quickstart printed the README's figures ({len(rows)} evals × {len(header) - 1} "
-          "columns)")
+    print(f"within tolerance: every held-out accuracy within {args.tolerance:.3f} of the "
+          f"README's, and a gain of at least {args.min_gain:.3f}")
     return 0
+
+
+def tolerance_problems(rows: list[list[str]], evals: dict[int, dict], tolerance: float,
+                       min_gain: float) -> list[str]:
+    """Each held-out accuracy further than `tolerance` from the README's (or missing), and a
+    gain from the first eval to the last below `min_gain`."""
+    out, got = [], []
+    for row in rows:
+        step, want = int(row[0]), float(row[1])
+        value = evals.get(step, {}).get("eval/accuracy")
+        if value is None:
+            out.append(f"step {step}: no held-out accuracy in the run")
+            continue
+        got.append(value)
+        if abs(value - want) > tolerance:
+            out.append(f"step {step}: held-out accuracy {value:.3f}, README {want:.3f} "
+                       f"(off by {abs(value - want):.3f} > {tolerance:.3f})")
+    if len(got) >= 2 and got[-1] - got[0] < min_gain:
+        out.append(f"GRPO raised held-out accuracy by {got[-1] - got[0]:+.3f} "
+                   f"({got[0]:.3f} -> {got[-1]:.3f}), less than {min_gain:.3f}")
+    return out
 
 
 if __name__ == "__main__":

@@ -48,3 +48,22 @@ def test_a_run_missing_an_eval_step_fails(tmp_path, capsys):
     write_run(tmp_path / "short", header, rows[:-1])
     assert check.main(["--run", str(tmp_path / "short")]) == 1
     assert f"step {rows[-1][0]}: the README has figures" in capsys.readouterr().out
+
+
+def test_with_a_tolerance_a_near_run_passes_a_far_one_or_one_that_stops_learning_fails(
+        tmp_path, capsys):
+    """--tolerance binds on held-out accuracy within T of the README's and a gain of at least
+    --min-gain; the exact mismatches are printed either way."""
+    header, rows = check.readme_table(ROOT / "README.md")
+    write_run(tmp_path / "near", header, rows, nudge=0.02)
+    assert check.main(["--run", str(tmp_path / "near"), "--tolerance", "0.03"]) == 0
+    out = capsys.readouterr().out
+    assert "did not print the README's figures exactly" in out and "within tolerance" in out
+    write_run(tmp_path / "far", header, rows, nudge=0.05)
+    assert check.main(["--run", str(tmp_path / "far"), "--tolerance", "0.03"]) == 1
+    assert f"step {rows[1][0]}: held-out accuracy" in capsys.readouterr().out
+    flat = [[r[0], rows[0][1], *r[2:]] for r in rows]           # every eval at the start's figure
+    write_run(tmp_path / "flat", header, flat)
+    assert check.main(["--run", str(tmp_path / "flat"), "--tolerance", "1",
+                       "--min-gain", "0.05"]) == 1
+    assert "GRPO raised held-out accuracy by +0.000" in capsys.readouterr().out

@@ -450,6 +450,34 @@ def test_a_disk_full_mid_run_stops_with_one_line_and_no_half_metrics_row(
     _intact(run, 1)
 
 
+def test_an_sft_run_on_a_full_disk_leaves_no_final_and_no_summary(tmp_path, tiny_vl, shapes_dir,
+                                                                  small_disk, monkeypatch):
+    """mmrlvr sft saves final/ as a GRPO run does: space-checked, renamed in whole, before
+    summary.json. The disk fills before it: one line naming the dir and what to do (sft keeps
+    no checkpoints), no final/ for GRPO to start from, no summary saying the run finished."""
+    import mmrlvr.train.sft as sft_module
+    from mmrlvr.train.writes import WriteError
+
+    real = sft_module.save_final
+
+    def fill_then_save(*args, **kwargs):
+        small_disk.fill()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sft_module, "save_final", fill_then_save)
+    run = small_disk.root / "sft"
+    cfg = load_config(config(tmp_path, tiny_vl, shapes_dir, "run", None,
+                             sft={"init": str(tiny_vl), "steps": 1, "batch_size": 4,
+                                  "out_dir": str(run)}, train={"report_to": []}))
+    with pytest.raises(WriteError, match=rf"no space left in {run}: the final model needs about "
+                                         r"\d+ MB, plus 64 MB kept free.*\. mmrlvr sft keeps "
+                                         r"no checkpoints: rerun it once there is room\.$"):
+        sft_module.sft(cfg, progress=False)
+    assert not (run / "final").exists() and not (run / ".tmp-final").exists()
+    assert not (run / "summary.json").exists() and not (run / "report.md").exists()
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1]
+
+
 def test_a_disk_full_before_final_leaves_no_final_and_no_finished_summary(
         tmp_path, tiny_vl, shapes_dir, small_disk, monkeypatch):
     """Filled after the last checkpoint: final/ is refused by its space check (it left only a

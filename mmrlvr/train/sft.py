@@ -39,6 +39,7 @@ from mmrlvr.train.trainer import train
 from mmrlvr.train.sft_tools import gold_turns, tool_runner, trajectory_targets
 from mmrlvr.rollout.multiturn import with_tools
 from mmrlvr.train.update import clip_grad_norm, sync_grads
+from mmrlvr.train.writes import save_final
 from mmrlvr.core.types import ModalityAdapter, select
 from rewards import build_combined
 
@@ -193,13 +194,16 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool,
         summary["accuracy_end"] = metrics["eval/accuracy"]
         if "eval/reward" in metrics:
             summary["reward_end"] = metrics["eval/reward"]
-    policy.save(out_dir / "final", main=d.main)
+    if report.skipped:
+        summary["skipped_rows"] = len(report.skipped)
+    # final/ first, checked for space and renamed in whole: summary.json never claims an
+    # unsaved model, and a full disk leaves no half-written final/ for GRPO to start from
+    save_final(out_dir, policy, d, note=" mmrlvr sft keeps no checkpoints: rerun it once there "
+                                        "is room.")
     if d.main:                 # report.md, plots/ and summary.json, as a GRPO run writes them
         write_report(out_dir, summary, title=f"SFT run {out_dir.name}", panels=SFT_PANELS,
                      xlabel="SFT step")
     d.barrier()
-    if report.skipped:
-        summary["skipped_rows"] = len(report.skipped)
     return summary
 
 

@@ -114,11 +114,14 @@ def write_atomic(path: Path, data: str | bytes, run_dir: Path | None = None) -> 
         raise failed(path, len(raw), err, run_dir) from None
 
 
-def save_final(run_dir: Path, policy: Any, dist: Dist | None = None) -> Path:
+def save_final(run_dir: Path, policy: Any, dist: Dist | None = None,
+               note: str | None = None) -> Path:
     """The trained model as `run_dir/final` (every rank calls it: FSDP2 gathers the weights),
-    checked for space first and renamed into place whole."""
+    checked for space first and renamed into place whole. A refusal ends with `note` (default:
+    the checkpoint a GRPO run resumes from)."""
     dist = dist or Dist()
     run_dir = Path(run_dir)
+    note = resume_note(run_dir) if note is None else note
     final, tmp = run_dir / "final", run_dir / ".tmp-final"
     need = needed_bytes(policy.model, 0)
     error = None
@@ -127,7 +130,7 @@ def save_final(run_dir: Path, policy: Any, dist: Dist | None = None) -> Path:
         try:
             check_space(run_dir, need, what="the final model")
         except CheckpointError as err:
-            error = f"{err}.{resume_note(run_dir)}"
+            error = f"{err}.{note}"
     if (error := dist.gather(error)[0]) is None:
         try:
             policy.save(tmp, main=dist.main)
@@ -135,7 +138,7 @@ def save_final(run_dir: Path, policy: Any, dist: Dist | None = None) -> Path:
             if not write_failure(err, run_dir, need):   # disk as their own errors
                 raise              # a bug, not a write: its traceback is wanted
             shutil.rmtree(tmp, ignore_errors=True)
-            error = str(failed(final, need, err, run_dir))
+            error = str(failed(final, need, err)) + note
         error = next((e for e in dist.gather(error) if e), None)
     if error:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import math
 import os
 import shutil
@@ -686,6 +687,62 @@ def test_a_prompt_longer_than_the_context_is_refused_at_load_naming_its_row(
     assert read_metrics(tmp_path / "skip" / "metrics.jsonl")[-1]["data/skipped_rows"] == 2
 
 
+def test_a_prompt_must_leave_the_completion_its_room_in_the_context(tiny_vl, shapes_dir):
+    """A prompt that fits the context but leaves fewer than rollout.max_new_tokens tokens for
+    the completion is a bad row, and the error says so; a max_new_tokens of the whole context
+    is a config error before any row loads."""
+    from mmrlvr.config import Config, ConfigError, resolve_model_defaults
+    from mmrlvr.data import Example
+    from mmrlvr.train.lengths import prompt_budget
+
+    cfg = Config()
+    cfg.model.path, cfg.data.train = str(tiny_vl), str(shapes_dir / "train.jsonl")
+    cfg = resolve_model_defaults(cfg)
+    row = Example(id="long", prompt="How many shapes are there? " * 200, answer="3")
+    cfg.rollout.max_new_tokens = 0
+    n = prompt_budget(cfg).text_tokens(row)
+    assert 1000 < n < 4096 and prompt_budget(cfg).problem(row) is None
+    cfg.rollout.max_new_tokens = 4096 - n                      # exactly the room it leaves
+    assert prompt_budget(cfg).problem(row) is None
+    cfg.rollout.max_new_tokens = 4096 - n + 1
+    problem = prompt_budget(cfg).problem(row)
+    assert problem is not None and f"{n:,} tokens" in problem
+    assert (f"the model's context of 4,096 tokens (max_position_embeddings in {tiny_vl}/"
+            f"config.json) less {4096 - n + 1:,} for the completion (rollout.max_new_tokens)"
+            in problem)
+    cfg.rollout.max_new_tokens = 4096
+    with pytest.raises(ConfigError, match=r"rollout.max_new_tokens \(4,096\) leaves no room for "
+                                          r"a prompt in the model's context of 4,096 tokens"):
+        prompt_budget(cfg)
+
+
+def test_eval_and_stress_refuse_a_prompt_over_the_context_naming_its_row(tmp_path, tiny_vl,
+                                                                         capsys):
+    """`mmrlvr eval` and `mmrlvr stress` check prompts against the model's context (less the
+    answer's --max-new-tokens) as training does, before the weights load: one line naming the
+    file, row and id, exit 2; `mmrlvr eval --on-error skip` drops the row and scores the rest."""
+    from mmrlvr.cli import main
+
+    rows = [{"id": f"q{i}", "prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(3)]
+    rows[1] = {"id": "huge", "prompt": "Count the shapes. " * 60_000, "answer": "3"}
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for command in (["eval", "--model", str(tiny_vl), "--data", str(data), "--modality", "vision",
+                     "--max-new-tokens", "4"],
+                    ["stress", "--model", str(tiny_vl), "--data", str(data), "--out",
+                     str(tmp_path / "report"), "--ops", "template_swap", "--max-new-tokens", "4"]):
+        assert main(command) == 2, command[0]
+        err = capsys.readouterr().err
+        assert f"{data}, row 2 (id huge): the prompt is " in err, (command[0], err)
+        assert "over the model's context of 4,096 tokens" in err and "less 4 for the completion" \
+            in err, (command[0], err)
+    assert not (tmp_path / "report").exists()
+    assert main(["eval", "--model", str(tiny_vl), "--data", str(data), "--max-new-tokens", "4",
+                 "--on-error", "skip"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^n\s+2$", out, re.M), out
+
+
 def test_media_tokens_count_and_a_row_at_the_limit_is_measured_exactly(shapes_dir, tiny_vl,
                                                                        policy):
     """Eight images fit a limit of their exact length, ten do not: the bounds leave both rows
@@ -740,7 +797,7 @@ def test_the_length_check_leaves_a_split_as_it_was_and_a_lazy_split_is_checked_t
     budget = prompt_budget(cfg)
     assert torch.equal(rng, torch.random.get_rng_state())
     assert load_split(cfg.data, "train", budget=budget) == load_split(cfg.data, "train")
-    assert prompt_budget(cfg).limit == 4096                         # the tiny model's context
+    assert prompt_budget(cfg).limit == 4096 - cfg.rollout.max_new_tokens   # the tiny model's
     with pytest.raises(ConfigError, match=r"data.max_prompt_tokens.*>= 0.*got -1"):
         validate(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data,
                                                                    max_prompt_tokens=-1)))

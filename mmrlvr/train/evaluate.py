@@ -150,6 +150,7 @@ def cmd_eval(args) -> int:
     from mmrlvr.config import ModelConfig, model_defaults
     from mmrlvr.data import load_dataset
     from mmrlvr.rollout import make_engine
+    from mmrlvr.train.lengths import eval_budget
     from mmrlvr.train.policy import Policy, pick_device
 
     own = model_defaults(args.model)            # the model's bounds and budget where flags are 0
@@ -157,8 +158,10 @@ def cmd_eval(args) -> int:
                        min_pixels=args.min_pixels or own.min_pixels,
                        max_pixels=args.max_pixels or own.max_pixels)
     adapter = modalities.get(mcfg.modality, min_pixels=mcfg.min_pixels, max_pixels=mcfg.max_pixels)
+    max_new_tokens = args.max_new_tokens or own.max_new_tokens
+    budget = eval_budget(mcfg, max_new_tokens, args.system_prompt, args.format_prompt)
+    data = load_dataset(args.data, on_error=args.on_error, budget=budget)    # before the weights
     policy = Policy.load(mcfg, adapter, pick_device(args.device))
-    data = load_dataset(args.data, on_error=args.on_error)
     if args.limit:
         data = data[:args.limit]
     reward = None
@@ -166,8 +169,7 @@ def cmd_eval(args) -> int:
         from rewards import build_combined
         reward = build_combined([{"name": name, "weight": 1.0} for name in args.reward])
     result = evaluate(policy, make_engine(args.backend, policy), data,
-                      max_new_tokens=args.max_new_tokens or own.max_new_tokens,
-                      batch_size=args.batch_size, samples=args.samples, temperature=args.temperature,
+                      max_new_tokens=max_new_tokens, batch_size=args.batch_size, samples=args.samples, temperature=args.temperature,
                       system_prompt=args.system_prompt, format_prompt=args.format_prompt,
                       progress=True, keep_predictions=bool(args.out), reward=reward)
     preds = result.pop("predictions", None)

@@ -3,7 +3,8 @@ and how this model's processor measures one, built before the data loads so that
 is refused (or skipped) at load, never in a rollout.
 
 The limit is the smaller of the model's context (`max_position_embeddings` of its text config)
-and `data.max_prompt_tokens` (0: off). The bounds per medium come from the model's family:
+less the completion's room (`rollout.max_new_tokens`: a prompt that fills the context leaves
+the rollout no token to write) and `data.max_prompt_tokens` (0: off). The bounds per medium come from the model's family:
 
 - an image: `family.tokens_per_image` at `model.max_pixels` (Qwen-VL: max_pixels / 28², Gemma 3:
   its fixed 256), plus what the template writes around it; a family without such a count
@@ -22,7 +23,7 @@ import dataclasses
 from typing import Any
 
 import modalities
-from mmrlvr.config import Config
+from mmrlvr.config import Config, ConfigError
 from mmrlvr.core.templates import render
 from mmrlvr.data import DataError, Example
 from mmrlvr.data.lengths import PromptBudget
@@ -38,17 +39,26 @@ lines, Qwen3-VL's timestamps)."""
 
 def prompt_budget(cfg: Config, path: str | None = None) -> PromptBudget | None:
     """The budget of prompts for the model at `path` (default `model.path`) fed as `cfg` feeds
-    it; None when neither the model's config nor `data.max_prompt_tokens` sets a limit."""
+    it; None when neither the model's config nor `data.max_prompt_tokens` sets a limit. A
+    `rollout.max_new_tokens` that leaves no room for a prompt is a ConfigError."""
     import transformers
 
     path = path or cfg.model.path
     family = load_family(path)
     config = family.unwrap_config(transformers.AutoConfig.from_pretrained(path))
     context = getattr(config.get_text_config(), "max_position_embeddings", None)
+    room = max(0, int(cfg.rollout.max_new_tokens))
     limits = []
     if isinstance(context, int) and context > 0:
-        limits.append((context, f"the model's context of {context:,} tokens "
-                                f"(max_position_embeddings in {path}/config.json)"))
+        if room >= context:
+            raise ConfigError(f"rollout.max_new_tokens ({room:,}) leaves no room for a prompt in "
+                              f"the model's context of {context:,} tokens "
+                              f"(max_position_embeddings in {path}/config.json): lower it")
+        limits.append((context - room, f"the model's context of {context:,} tokens "
+                                       f"(max_position_embeddings in {path}/config.json) less "
+                                       f"{room:,} for the completion (rollout.max_new_tokens)"
+                       if room else f"the model's context of {context:,} tokens "
+                                    f"(max_position_embeddings in {path}/config.json)"))
     if cfg.data.max_prompt_tokens:
         limits.append((int(cfg.data.max_prompt_tokens),
                        f"data.max_prompt_tokens ({int(cfg.data.max_prompt_tokens):,})"))
@@ -153,3 +163,23 @@ class Measure:
         fe = self.processor.feature_extractor
         frames = int(fe.n_samples) // int(fe.hop_length)
         return int(family.output_lengths(torch.tensor([frames]))[0])
+
+
+def eval_budget(model_cfg: Any, max_new_tokens: int, system_prompt: str = "",
+                format_prompt: str = "") -> PromptBudget | None:
+    """The prompt budget of `mmrlvr eval` and `mmrlvr stress`: the model at `model_cfg.path` fed
+    through `model_cfg`'s modality with these prompts, leaving `max_new_tokens` for the answer."""
+    cfg = Config()
+    cfg.model = model_cfg
+    cfg.data.system_prompt, cfg.data.format_prompt = system_prompt or "", format_prompt or ""
+    cfg.rollout.max_new_tokens = max_new_tokens
+    return prompt_budget(cfg)
+
+
+def refuse_long(examples: list[Example], budget: PromptBudget | None, source: str) -> None:
+    """Raise DataError for the first row of `examples` (loaded from `source`) whose prompt is over
+    `budget`, named by row and id, before a model generates for any of them."""
+    for i, ex in enumerate(examples if budget is not None else ()):
+        problem = budget.problem(ex)
+        if problem:
+            raise DataError(f"{source}, row {i + 1} (id {ex.id}): {problem}")

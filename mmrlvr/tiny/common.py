@@ -91,3 +91,9 @@ def write_card(out: Path, kind: str, model, processor, tok, seed: int, *, builde
     (out / "tiny.json").write_text(json.dumps({
         "kind": kind, "seed": seed, "params": n_params, "vocab_size": len(tok), **info,
     }, indent=2) + "\n")
+
+
+def write_info_card(out: Path, stem: str, info: dict, card: str) -> None:
+    """What a builder of real weights wrote: `STEM.json` (its figures) and `STEM.md` (its card)."""
+    (out / f"{stem}.json").write_text(json.dumps(info, indent=2) + "\n")
+    (out / f"{stem.upper()}.md").write_text(card)

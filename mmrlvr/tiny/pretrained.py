@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmrlvr.tiny.common import write_info_card
+
 
 class PretrainedError(RuntimeError):
     """A pretrained source that is not installed, or an output dir that would be overwritten."""
@@ -119,8 +121,7 @@ def convert(name: str, out_dir: str | Path, overwrite: bool = False) -> dict:
             "gguf": source.file, "gguf_sha256": _sha256(gguf),
             "class": type(model).__name__, "params": sum(p.numel() for p in model.parameters()),
             "dtype": "float32", "vocab_size": len(tokenizer), "convert_s": round(seconds, 1)}
-    (out / "pretrained.json").write_text(json.dumps(info, indent=2) + "\n")
-    (out / "PRETRAINED.md").write_text(
+    write_info_card(out, "pretrained", info,
         f"# {source.model} (dequantised from {source.file})\n\n"
         f"Written by `mmrlvr pretrained {name} --out DIR` from the `{info['wheel']}` wheel "
         f"({source.licence}): the Q4_1 GGUF dequantised to fp32 by transformers, saved as "

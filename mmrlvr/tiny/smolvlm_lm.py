@@ -16,10 +16,9 @@ nothing yet: they are random, and reading their features is what training has to
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from mmrlvr.tiny.common import set_named_tokens, siglip_vision_config
+from mmrlvr.tiny.common import set_named_tokens, siglip_vision_config, write_info_card
 from mmrlvr.tiny.smolvlm import (SMOLVLM_SPECIAL_TOKENS, SMOLVLM_TOKEN_ROLES, _check_geometry,
                                  _smolvlm_processor)
 
@@ -106,8 +105,7 @@ def build_smolvlm_from_lm(lm_dir: str | Path, out_dir: str | Path, *, vision_wid
             "added_tokens": len(missing), "tied_embeddings": tied, "image_seq_len": image_seq_len,
             "tile_size": tile_size, "longest_edge": longest_edge, "vision_width": vision_width,
             "vision_depth": vision_depth, "seed": seed}
-    (out / "smolvlm.json").write_text(json.dumps(info, indent=2) + "\n")
-    (out / "SMOLVLM.md").write_text(
+    write_info_card(out, "smolvlm", info,
         f"# A SmolVLM-shaped model around {lm_dir.name}\n\nWritten by `mmrlvr pretrained smolvlm "
         f"--lm {lm_dir} --out DIR`: `SmolVLMForConditionalGeneration` whose Llama decoder is "
         f"{lm_dir}'s weights unchanged ({info['params_by_part']['text_model']:,} parameters), "

@@ -79,6 +79,7 @@ def cmd_check_method(args: argparse.Namespace) -> int:
 
     check = METHOD_CHECKS.get(args.name)            # unknown: "did you mean", before any load
     cfg, model, data, options = resolve(args)
+    modality = args.modality or (cfg.model.modality if cfg is not None else "vision")
     examples = load_split(data, "train")
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -87,7 +88,7 @@ def cmd_check_method(args: argparse.Namespace) -> int:
         from mmrlvr.train.policy import Policy
 
         torch.manual_seed(args.seed)
-        return Policy.load(model, modalities.get(args.modality), torch.device(device))
+        return Policy.load(model, modalities.get(modality), torch.device(device))
 
     result = check(CheckContext(examples, options, load_policy if model else None, cfg))
     print(f"{result.method}: {result.verdict} ({result.why})")
@@ -97,7 +98,7 @@ def cmd_check_method(args: argparse.Namespace) -> int:
     if args.json:
         out = {**result.to_dict(), "inputs": {"model": model.path if model else None,
                                              "data": data.train, "config": args.config,
-                                             "modality": args.modality, **asdict(options)}}
+                                             "modality": modality, **asdict(options)}}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
@@ -113,15 +114,15 @@ def add_parser(sub) -> None:
                        "majority-vote accuracy) and say active or inactive, and why.")
     c.add_argument("name", help="method name (an unknown one lists the known checks)")
     c.add_argument("--config", metavar="CONFIG.yaml",
-                   help="take the model (path, pixels), data.train, prompts, rollout group size, "
-                        "temperature, max tokens and rollout.branching from this run config; the "
-                        "flags below override it")
+                   help="take the model (path, modality, pixels), data.train, prompts, rollout "
+                        "group size, temperature, max tokens and rollout.branching from this run "
+                        "config; the flags below override it")
     c.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="a --config override, as `mmrlvr train` takes them (repeatable), e.g. "
                         "rollout.branching.alpha=0.3")
     c.add_argument("--model", help="starting model dir (checks that sample need it)")
     c.add_argument("--data", help="JSONL file (or layout:file.parquet) of the rows")
-    c.add_argument("--modality", default="vision", help="adapter name [vision]")
+    c.add_argument("--modality", help="adapter name [the --config's model.modality, else vision]")
     c.add_argument("--rows", type=int, default=0, help="read the first N rows (0: the check's default)")
     c.add_argument("--group", type=int, help="completions per question [8]")
     c.add_argument("--max-new-tokens", type=int, help="tokens per completion [64]")

@@ -155,3 +155,24 @@ def test_cli_takes_model_data_sampling_and_noise_from_a_run_config(tiny_vl, shap
     assert got["inputs"]["temperature"] == 0.7 and got["inputs"]["max_new_tokens"] == 8
     assert got["figures"]["arm/alpha"] == 0.0 and got["figures"]["arm/fraction"] == 0.5
     assert got["verdict"] == "inactive"                    # the config's placebo noise
+
+
+def test_cli_feeds_a_text_model_through_the_configs_modality(tmp_path, capsys):
+    """A --config with model.modality: text (the SmolLM2 testbed's) loads its model through the
+    text adapter; it was fed through `--modality`'s default, vision, and refused."""
+    from mmrlvr.cli import main
+    from mmrlvr.tasks.arith import make_arith
+    from mmrlvr.tiny import build_tiny
+
+    model = build_tiny("llama", tmp_path / "llama")
+    make_arith(tmp_path / "arith", n_train=8, n_test=0, seed=0, families=["add"])
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model: {{path: {model}, modality: text}}\n"
+                      f"data: {{train: {tmp_path / 'arith' / 'train.jsonl'}}}\n"
+                      "rollout: {group_size: 2, max_new_tokens: 4}\n")
+    out = tmp_path / "om.json"
+    assert main(["check-method", "om_grpo", "--config", str(config), "--rows", "2",
+                 "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["inputs"]["modality"] == "text" and got["figures"]["rows"] == 2
+    assert 0 <= got["figures"]["majority_vote_acc"] <= 1 and got["figures"]["rows_with_gold"] == 2

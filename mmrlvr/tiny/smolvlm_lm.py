@@ -6,9 +6,10 @@ with a small random SigLIP tower and pixel-shuffle connector in front of it.
 The decoder's weights are copied in unchanged; the tokenizer is the language model's, plus
 SmolVLM's image tokens (`<image>`, `<fake_token_around_image>`, `<global-img>`, the grid's
 `<row_R_col_C>`, `<end_of_utterance>`, `<video>`), whose embedding rows are drawn around the
-others' mean and covariance (transformers' `mean_resizing`, seeded). The chat template is the language model's own turn format
-(ChatML for SmolLM2: `<|im_start|>user ... <|im_end|>`) with an image part written as `<image>`,
-so the pretrained decoder sees the turns it was tuned on; generation ends at `<|im_end|>`.
+others' mean and covariance (transformers' `mean_resizing`, seeded). The chat template is the
+language model's own turn format (ChatML for SmolLM2: `<|im_start|>user ... <|im_end|>`) with an
+image part written as `<image>`, so the pretrained decoder sees the turns it was tuned on;
+generation ends at `<|im_end|>`.
 
 Geometry (defaults): an image is resized to a longest edge of 64 px and fits one 64 px square,
 whose 8x8 patches are pixel-shuffled by 2 into 16 `<image>` tokens. The tower and connector know
@@ -71,7 +72,8 @@ def build_smolvlm_from_lm(lm_dir: str | Path, out_dir: str | Path, *, vision_wid
     processor = _smolvlm_processor(tok, longest_edge=longest_edge, tile_size=tile_size,
                                    image_seq_len=image_seq_len, chat_template=CHATML_WITH_IMAGES)
     ids = tok.convert_tokens_to_ids
-    eos, pad = ids("<|im_end|>"), tok.pad_token_id if tok.pad_token_id is not None else ids("<|im_end|>")
+    eos = ids("<|im_end|>")
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
     text = {**lm_config.to_dict(), "vocab_size": len(tok), "eos_token_id": eos,
             "pad_token_id": pad, "dtype": "float32"}
     vision = siglip_vision_config(vision_width=vision_width, vision_depth=vision_depth,

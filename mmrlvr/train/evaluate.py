@@ -169,7 +169,8 @@ def cmd_eval(args) -> int:
         from rewards import build_combined
         reward = build_combined([{"name": name, "weight": 1.0} for name in args.reward])
     result = evaluate(policy, make_engine(args.backend, policy), data,
-                      max_new_tokens=max_new_tokens, batch_size=args.batch_size, samples=args.samples, temperature=args.temperature,
+                      max_new_tokens=max_new_tokens, batch_size=args.batch_size,
+                      samples=args.samples, temperature=args.temperature,
                       system_prompt=args.system_prompt, format_prompt=args.format_prompt,
                       progress=True, keep_predictions=bool(args.out), reward=reward)
     preds = result.pop("predictions", None)

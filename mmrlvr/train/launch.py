@@ -66,7 +66,9 @@ def flag(argv: list[str], *names: str) -> str | None:
     """The value of a `--name V` or `--name=V` flag in a command line (None when absent)."""
     for i, arg in enumerate(argv):
         if arg.split("=", 1)[0] in names:
-            return arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            if "=" in arg:
+                return arg.split("=", 1)[1]
+            return argv[i + 1] if i + 1 < len(argv) else ""
     return None
 
 

@@ -4,7 +4,8 @@ is refused (or skipped) at load, never in a rollout.
 
 The limit is the smaller of the model's context (`max_position_embeddings` of its text config)
 less the completion's room (`rollout.max_new_tokens`: a prompt that fills the context leaves
-the rollout no token to write) and `data.max_prompt_tokens` (0: off). The bounds per medium come from the model's family:
+the rollout no token to write) and `data.max_prompt_tokens` (0: off). The bounds per medium
+come from the model's family:
 
 - an image: `family.tokens_per_image` at `model.max_pixels` (Qwen-VL: max_pixels / 28², Gemma 3:
   its fixed 256), plus what the template writes around it; a family without such a count
@@ -25,7 +26,7 @@ from typing import Any
 import modalities
 from mmrlvr.config import Config, ConfigError
 from mmrlvr.core.templates import render
-from mmrlvr.data import DataError, Example
+from mmrlvr.data import DataError, Example, row_error
 from mmrlvr.data.lengths import PromptBudget
 from mmrlvr.train.policy import load_family, load_processor
 
@@ -50,15 +51,13 @@ def prompt_budget(cfg: Config, path: str | None = None) -> PromptBudget | None:
     room = max(0, int(cfg.rollout.max_new_tokens))
     limits = []
     if isinstance(context, int) and context > 0:
+        why = (f"the model's context of {context:,} tokens (max_position_embeddings in "
+               f"{path}/config.json)")
         if room >= context:
             raise ConfigError(f"rollout.max_new_tokens ({room:,}) leaves no room for a prompt in "
-                              f"the model's context of {context:,} tokens "
-                              f"(max_position_embeddings in {path}/config.json): lower it")
-        limits.append((context - room, f"the model's context of {context:,} tokens "
-                                       f"(max_position_embeddings in {path}/config.json) less "
-                                       f"{room:,} for the completion (rollout.max_new_tokens)"
-                       if room else f"the model's context of {context:,} tokens "
-                                    f"(max_position_embeddings in {path}/config.json)"))
+                              f"{why}: lower it")
+        limits.append((context - room, why + (f" less {room:,} for the completion "
+                                              "(rollout.max_new_tokens)" if room else "")))
     if cfg.data.max_prompt_tokens:
         limits.append((int(cfg.data.max_prompt_tokens),
                        f"data.max_prompt_tokens ({int(cfg.data.max_prompt_tokens):,})"))
@@ -182,4 +181,4 @@ def refuse_long(examples: list[Example], budget: PromptBudget | None, source: st
     for i, ex in enumerate(examples if budget is not None else ()):
         problem = budget.problem(ex)
         if problem:
-            raise DataError(f"{source}, row {i + 1} (id {ex.id}): {problem}")
+            raise row_error(source, i + 1, problem, ex.id)

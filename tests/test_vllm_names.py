@@ -2,7 +2,9 @@
 tiny models maps to the checkpoint name transformers writes (and vLLM's own mapper places), known
 names map exactly, wrapper and peft names are stripped, unknown ones fail loudly, a LoRA adapter
 is merged as peft's merge_and_unload merges it, and later syncs send only the trainable weights.
-The unit-by-unit gathering: test_vllm_sync.py; the engine: test_vllm_engine.py."""
+Qwen3.5-MoE and the Qwen3-Omni thinker, whose checkpoints hold one weight per expert, are synced
+exactly as transformers saves them (names and values). The unit-by-unit gathering:
+test_vllm_sync.py; the engine: test_vllm_engine.py."""
 from __future__ import annotations
 
 import copy
@@ -12,6 +14,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from mmrlvr import models
 from mmrlvr.rollout.vllm_sync import checkpoint_name, merge_lora, plain_name, unit_key
 from tests.vllm_helpers import load, synced, with_lora
 
@@ -46,10 +49,18 @@ VLLM_MODULE_ROOTS["llava_onevision"] = VLLM_MODULE_ROOTS["gemma3"] + ("image_new
 VLLM_MODULE_ROOTS["mistral3"] = VLLM_MODULE_ROOTS["gemma3"]
 # vLLM's Glm4vForConditionalGeneration: visual / language_model, Qwen3-VL's mapper prefixes
 VLLM_MODULE_ROOTS["glm4v"] = VLLM_MODULE_ROOTS["qwen2_vl"]
+# the families whose checkpoints hold one weight per expert (the model: fused experts); vLLM's
+# Qwen3_5MoeForConditionalGeneration has Qwen3.5's mapper, its Qwen3OmniMoeThinker... this one
+PER_EXPERT_KINDS = {"qwen3.5-moe": "qwen3_5_moe", "qwen3-omni": "qwen3_omni_moe_thinker"}
+VLLM_OMNI_PREFIXES = {"thinker.lm_head.": "language_model.lm_head.",
+                      "thinker.model.": "language_model.model.", "thinker.": ""}
+VLLM_MODULE_ROOTS["qwen3_5_moe"] = VLLM_MODULE_ROOTS["qwen2_vl"]
+VLLM_MODULE_ROOTS["qwen3_omni_moe_thinker"] = _TEXT_ROOTS + ("audio_tower.", "visual.")
 
 
 def vllm_internal_name(name: str, model_type: str) -> str:
-    prefixes = {"qwen2_vl": VLLM_VL_PREFIXES, "qwen2_5_vl": VLLM_VL_PREFIXES}.get(
+    prefixes = {"qwen2_vl": VLLM_VL_PREFIXES, "qwen2_5_vl": VLLM_VL_PREFIXES,
+                "qwen3_omni_moe_thinker": VLLM_OMNI_PREFIXES}.get(
         model_type, VLLM_QWEN3_PREFIXES if model_type.startswith(("qwen3", "glm4v")) else {})
     for prefix, new in prefixes.items():
         if name.startswith(prefix):
@@ -60,7 +71,7 @@ def vllm_internal_name(name: str, model_type: str) -> str:
 @pytest.fixture(scope="module")
 def tiny_dirs(tiny_dirs):
     """The session's tiny model dirs (shared with test_families) of every kind here."""
-    return {kind: Path(tiny_dirs(kind)) for kind in KINDS}
+    return {kind: Path(tiny_dirs(kind)) for kind in (*KINDS, *PER_EXPERT_KINDS)}
 
 
 def checkpoint_keys(path: Path) -> set[str]:
@@ -133,9 +144,10 @@ def test_unknown_names_and_families_fail_loudly():
         checkpoint_name("model.visual.blocks.0.norm1.weight", "qwen2_audio")
     with pytest.raises(ValueError, match="no weight-name mapping for model type 'llava'"):
         checkpoint_name("model.layers.0.weight", "llava")
-    # fused experts in the model, one weight per expert in its checkpoints: refused, not renamed
-    with pytest.raises(ValueError, match="no weight-name mapping for model type 'qwen3_5_moe'"):
-        checkpoint_name("model.language_model.layers.0.mlp.experts.gate_up_proj", "qwen3_5_moe")
+    # a family without names yet (the Qwen2.5-Omni thinker): refused by name
+    with pytest.raises(ValueError, match="no weight-name mapping for model type "
+                                         "'qwen2_5_omni_thinker'"):
+        checkpoint_name("model.language_model.layers.0.mlp.up_proj.weight", "qwen2_5_omni_thinker")
 
 
 def test_wrappers_and_peft_names_are_stripped():
@@ -192,3 +204,92 @@ def test_later_syncs_send_only_what_training_changes(tiny_dirs):
     sent = synced(peft_model, "qwen2_vl", only_trainable=True)
     assert sorted(sent) == sorted(f"model.layers.{i}.self_attn.{m}_proj.weight"
                                   for i in range(4) for m in ("q", "v"))
+
+
+# ------------------------------------------------------------------------------- per-expert
+
+def saved_checkpoint(model, model_type: str, out: Path) -> dict[str, torch.Tensor]:
+    """What transformers writes for `model`'s checkpoint, {name: tensor}: its own save, and for
+    the Omni thinker the save of the full Qwen3-Omni model (thinker + talker, as released, vLLM's
+    input) holding this thinker, talker off."""
+    from safetensors.torch import load_file
+
+    if model_type == "qwen3_omni_moe_thinker":
+        from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration
+
+        full = Qwen3OmniMoeForConditionalGeneration(Qwen3OmniMoeConfig(
+            thinker_config=model.config.to_dict(), enable_audio_output=False))
+        full.thinker.load_state_dict(model.state_dict())
+        model = full
+    model.save_pretrained(out)
+    tensors: dict[str, torch.Tensor] = {}
+    for file in out.glob("*.safetensors"):
+        tensors.update(load_file(str(file)))
+    return tensors
+
+
+@pytest.mark.parametrize("kind", list(PER_EXPERT_KINDS))
+def test_fused_experts_sync_as_transformers_saves_them(tiny_dirs, kind, tmp_path):
+    model_type = PER_EXPERT_KINDS[kind]
+    model = load(tiny_dirs[kind])
+    want = saved_checkpoint(model, model_type, tmp_path)
+    for dtype in (torch.float32, torch.bfloat16):
+        got = synced(model, model_type, dtype)
+        assert got.keys() == want.keys()                          # nothing left out, nothing extra
+        for name, tensor in want.items():
+            assert got[name].dtype == dtype and torch.equal(got[name], tensor.to(dtype)), name
+    roots = VLLM_MODULE_ROOTS[model_type]
+    assert all(vllm_internal_name(n, model_type).startswith(roots) for n in want)
+    # the layout, by value: expert e's gate is the first half of gate_up_proj[e]'s rows, up the
+    # second; down_proj[e] is its down projection
+    experts = model.model.language_model.layers[0].mlp.experts
+    module = checkpoint_name("model.language_model.layers.0.mlp.experts", model_type)
+    inter = experts.down_proj.shape[-1]
+    for e in range(experts.gate_up_proj.shape[0]):
+        assert torch.equal(want[f"{module}.{e}.gate_proj.weight"], experts.gate_up_proj[e, :inter])
+        assert torch.equal(want[f"{module}.{e}.up_proj.weight"], experts.gate_up_proj[e, inter:])
+        assert torch.equal(want[f"{module}.{e}.down_proj.weight"], experts.down_proj[e])
+    if kind == "qwen3-omni":                # the full checkpoint: thinker. + the thinker's save
+        alone = checkpoint_keys(tiny_dirs[kind])
+        assert set(want) == {f"thinker.{k}" for k in alone}
+
+
+@pytest.mark.parametrize("kind", list(PER_EXPERT_KINDS))
+def test_lora_on_a_moe_family_merges_as_peft_and_splits_the_experts(tiny_dirs, kind, tmp_path):
+    model_type = PER_EXPERT_KINDS[kind]
+    base = load(tiny_dirs[kind])
+    unmerged = saved_checkpoint(base, model_type, tmp_path / "base")
+    targets = models.of_type(model_type).lora_targets + ("qkv",)            # + the ViT's
+    if kind == "qwen3.5-moe":                 # its shared expert's linears (no fused experts)
+        targets += ("gate_proj", "up_proj", "down_proj")
+    peft_model = with_lora(base, targets=targets)
+    want = saved_checkpoint(copy.deepcopy(peft_model).merge_and_unload(), model_type,
+                            tmp_path / "merged")
+    got = synced(peft_model, model_type)
+    assert got.keys() == want.keys()
+    for name in want:
+        assert_close(got[name], want[name], rtol=0, atol=1e-6, msg=name)
+    adapted = {checkpoint_name(plain_name(f"{n}.base_layer.weight"), model_type)
+               for n, m in peft_model.named_modules() if hasattr(m, "lora_A")}
+    assert adapted and {n for n in want if not torch.equal(got[n], unmerged[n])} == adapted
+    if kind == "qwen3.5-moe":
+        assert any(".shared_expert.gate_proj." in n for n in adapted)
+
+
+def test_lora_on_fused_expert_parameters_is_refused_by_name(tiny_dirs):
+    from peft import LoraConfig, get_peft_model
+
+    # peft turns model.lora.target_modules gate_proj / up_proj / down_proj of the Omni thinker
+    # into LoRA on its fused expert parameters (ParamWrapper): the sync would send their bases
+    # without the delta, so it refuses, naming the module
+    omni = with_lora(load(tiny_dirs["qwen3-omni"]), targets=("q_proj", "gate_proj", "up_proj",
+                                                              "down_proj"))
+    assert any(type(m).__name__ == "ParamWrapper" for m in omni.modules())
+    with pytest.raises(NotImplementedError, match=r"layers\.0\.mlp\.experts adapts the parameter"):
+        synced(omni, "qwen3_omni_moe_thinker")
+    # ... as it does the same LoRA asked for by parameter (peft's target_parameters)
+    moe = get_peft_model(load(tiny_dirs["qwen3.5-moe"]), LoraConfig(
+        r=4, target_modules=[], target_parameters=["mlp.experts.gate_up_proj"]))
+    with pytest.raises(NotImplementedError,
+                       match=r"layers\.0\.mlp\.experts adapts the parameter 'gate_up_proj'"):
+        synced(moe, "qwen3_5_moe")

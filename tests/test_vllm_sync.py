@@ -1,11 +1,13 @@
 """The vLLM weight sync gathers a (sharded) model unit by unit, without vLLM or a GPU: counted
 fake shards (one unit's tensors alive at a time, every shard once, in model order, the same on
-every rank) and real FSDP2 over 2 gloo processes (the shards sync exactly like the whole model).
+every rank) and real FSDP2 over 2 gloo processes (the shards sync exactly like the whole model),
+a MoE model's fused experts cut per expert inside their layer's unit.
 Weight names and the LoRA merge: test_vllm_names.py; the engine: test_vllm_engine.py."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,8 +19,6 @@ import torch
 
 from mmrlvr.rollout.vllm_sync import load_units, sync_units, unit_key
 from tests.vllm_helpers import load, synced, with_lora
-
-
 
 
 # ------------------------------------------------------------------------------- unit by unit
@@ -105,31 +105,63 @@ def test_units_are_gathered_one_at_a_time_in_a_fixed_order(tiny_qwen2vl):
             assert torch.equal(got[name], want[name]) and got[name].dtype == torch.bfloat16
 
 
+def test_fused_experts_are_cut_inside_their_layers_unit(tiny_dirs):
+    model = load(tiny_dirs("qwen3.5-moe"))
+    want = synced(model, "qwen3_5_moe", torch.bfloat16)
+    log = GatherLog()
+    units: list[list[str]] = []
+    received: dict[str, torch.Tensor] = {}
+
+    def load_fn(unit):
+        units.append([name for name, _ in unit])
+        for name, tensor in unit:
+            log.track(tensor)
+            received[name] = tensor.clone()
+
+    load_units(sync_units(ShardedModel(model, log), "qwen3_5_moe", torch.bfloat16), load_fn)
+    assert log.order == [n for n, _ in model.named_parameters()]     # each fused shard once
+    assert received.keys() == want.keys()
+    assert all(torch.equal(received[k], want[k]) for k in want)
+    text = model.config.text_config
+    with_experts = [u for u in units if any(".experts." in n for n in u)]
+    assert len(with_experts) == text.num_hidden_layers
+    for unit in with_experts:                                         # one layer, all its experts
+        assert len({re.search(r"\.layers\.(\d+)\.", n).group(1) for n in unit}) == 1
+        assert sum(".mlp.experts." in n for n in unit) == 3 * text.num_experts
+
+
 FSDP_SCRIPT_MARK = "--fsdp2-worker"
 
 
-def fsdp2_worker(path: str, out: str) -> None:
-    """One rank: sync units of a tiny Qwen2-VL (plain, then with LoRA) before and after
-    fully_shard, and write whether they match."""
+FSDP_VARIANTS = ("plain", "lora", "moe")
+
+
+def fsdp2_worker(path: str, moe_path: str, out: str) -> None:
+    """One rank: sync units of a tiny Qwen2-VL (plain, then with LoRA) and of a tiny Qwen3.5-MoE
+    (its fused experts a unit of their own) before and after fully_shard on the training's
+    units, and write whether they match."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
 
+    from mmrlvr import models
+    from mmrlvr.train.parallel import shard_units
+
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     result = {}
-    for variant in ("plain", "lora"):
-        model = load(path)
+    for variant in FSDP_VARIANTS:
+        model_type = "qwen3_5_moe" if variant == "moe" else "qwen2_vl"
+        model = load(moe_path if variant == "moe" else path)
         if variant == "lora":
             model = with_lora(model)
-        want = synced(model, "qwen2_vl", torch.bfloat16)
-        for module in model.modules():
-            if type(module).__name__.endswith(("DecoderLayer", "VisionBlock")):
-                fully_shard(module, mesh=mesh)
+        want = synced(model, model_type, torch.bfloat16)
+        for unit in shard_units(model, models.of_type(model_type)):
+            fully_shard(unit, mesh=mesh)
         fully_shard(model, mesh=mesh)
         sharded = all(isinstance(p, DTensor) for p in model.parameters())
-        got = synced(model, "qwen2_vl", torch.bfloat16)
+        got = synced(model, model_type, torch.bfloat16)
         result[variant] = {"sharded": sharded, "names": list(got),
                            "equal": got.keys() == want.keys()
                            and all(torch.equal(got[k], want[k]) for k in want)}
@@ -138,7 +170,8 @@ def fsdp2_worker(path: str, out: str) -> None:
 
 
 @pytest.mark.slow
-def test_fsdp2_shards_sync_exactly_like_the_whole_model_on_two_processes(tiny_qwen2vl, tmp_path):
+def test_fsdp2_shards_sync_exactly_like_the_whole_model_on_two_processes(tiny_qwen2vl, tiny_dirs,
+                                                                         tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -151,7 +184,7 @@ def test_fsdp2_shards_sync_exactly_like_the_whole_model_on_two_processes(tiny_qw
                                               os.environ.get("PYTHONPATH", "")])}
         procs.append(subprocess.Popen(
             [sys.executable, __file__, FSDP_SCRIPT_MARK, str(tiny_qwen2vl),
-             str(tmp_path / f"rank{rank}.json")], env=env,
+             str(tiny_dirs("qwen3.5-moe")), str(tmp_path / f"rank{rank}.json")], env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     for proc in procs:
         try:
@@ -162,10 +195,10 @@ def test_fsdp2_shards_sync_exactly_like_the_whole_model_on_two_processes(tiny_qw
             raise
         assert proc.returncode == 0, output[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    for variant in ("plain", "lora"):
+    for variant in FSDP_VARIANTS:
         assert all(r[variant]["sharded"] and r[variant]["equal"] for r in ranks), variant
         assert ranks[0][variant]["names"] == ranks[1][variant]["names"]
 
 
 if __name__ == "__main__" and sys.argv[1:2] == [FSDP_SCRIPT_MARK]:
-    fsdp2_worker(sys.argv[2], sys.argv[3])
+    fsdp2_worker(sys.argv[2], sys.argv[3], sys.argv[4])

@@ -21,6 +21,29 @@ class FamilyError(ValueError):
 
 
 @dataclass(frozen=True)
+class ExpertSplit:
+    """A fused expert parameter that the family's checkpoints hold as one weight per expert.
+
+    transformers 5 holds all experts of a layer in one [E, k·out, in] parameter where the
+    checkpoint has E·k [out, in] weights; its save stacks them back apart. The vLLM sync does
+    the same, so the engine is fed the names and tensors of the checkpoint on disk.
+    """
+
+    fused: str
+    """The end of the fused parameter's name, e.g. `mlp.experts.gate_up_proj`."""
+    parts: tuple[str, ...]
+    """The checkpoint projections it concatenates along its dim 1, in order: expert e's part j
+    is `fused[e]`'s j-th of k equal row blocks, sent as `<module>.{e}.{part}.weight`."""
+
+
+PER_EXPERT: tuple[ExpertSplit, ...] = (
+    ExpertSplit("mlp.experts.gate_up_proj", ("gate_proj", "up_proj")),
+    ExpertSplit("mlp.experts.down_proj", ("down_proj",)))
+"""transformers' `qwen2_moe` conversion (Qwen3.5-MoE, the Qwen3-Omni thinker): gate_up_proj
+[E, 2I, H] is gate [I, H] then up [I, H] per expert, down_proj [E, H, I] one [H, I] per expert."""
+
+
+@dataclass(frozen=True)
 class VllmNames:
     """How one family's transformers-5 parameter names become its checkpoint names (vLLM's)."""
 
@@ -30,6 +53,9 @@ class VllmNames:
     """Every checkpoint name starts with one of these."""
     media: str
     """The `multi_modal_data` key of its prompts (vLLM's `limit_mm_per_prompt` modality)."""
+    experts: tuple[ExpertSplit, ...] = ()
+    """Fused expert parameters sent one weight per expert, as the checkpoint holds them (none:
+    every parameter is sent whole, under its checkpoint name)."""
 
 
 def text_config(config: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from mmrlvr.models.base import Family, VllmNames, text_dims as _text
+from mmrlvr.models.base import PER_EXPERT, Family, VllmNames, text_dims as _text
 
 _WHISPER = dict(d_model=1280, encoder_layers=32, encoder_attention_heads=20, encoder_ffn_dim=5120,
                 num_mel_bins=128, max_source_positions=1500)
@@ -166,6 +166,16 @@ class Qwen3Omni(Qwen25Omni):
     tiny = "qwen3-omni"
     moe = True
     unit_classes = ("DecoderLayer", "EncoderLayer", "VisionBlock", "TextExperts")
+    vllm = VllmNames(
+        renames=(("model.language_model.", "thinker.model."),
+                 ("model.audio_tower.", "thinker.audio_tower."),
+                 ("model.visual.", "thinker.visual."),
+                 ("lm_head.", "thinker.lm_head.")),
+        roots=("thinker.model.", "thinker.audio_tower.", "thinker.visual.", "thinker.lm_head."),
+        media="audio", experts=PER_EXPERT)
+    """The released (thinker + talker) checkpoint's names: `thinker.` before what the thinker's
+    own save writes (model.layers., audio_tower., visual., lm_head.), experts one per expert.
+    vLLM serves the full checkpoint with its thinker class, whose mapper takes `thinker.`."""
     audio_token = "<|audio_pad|>"
     placeholder_tokens = ("<|audio_pad|>", "<|audio_start|>", "<|audio_end|>", "<|image_pad|>",
                           "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")

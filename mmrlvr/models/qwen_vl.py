@@ -14,11 +14,12 @@ features carry those per image as well.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-from mmrlvr.models.base import Family, VllmNames, text_dims as _text
+from mmrlvr.models.base import PER_EXPERT, Family, VllmNames, text_dims as _text
 
 
 class QwenVL(Family):
@@ -369,7 +370,9 @@ class Qwen35Moe(Qwen35):
     classes = ("Qwen3_5MoeForConditionalGeneration",)
     tiny = "qwen3.5-moe"
     moe = True
-    vllm = None         # its checkpoints hold one weight per expert, the model fused ones
+    vllm = replace(_QWEN3_VL_NAMES, experts=PER_EXPERT)
+    """Qwen3.5's names, the fused experts sent one weight per expert as its checkpoints (and
+    transformers' save) hold them: vLLM's Qwen3.5-MoE loader maps `experts.{e}.gate_proj` etc."""
     unit_classes = ("DecoderLayer", "VisionBlock", "MoeExperts")
     published = {
         # dims of the release's config.json (as slime's Megatron script for it states them too)

@@ -22,15 +22,36 @@ architecture (vLLM 0.33's mappers, read for this, in brackets):
   LLaVA-OneVision        as Gemma 3, and model.image_newline -> image_newline   [vLLM's modules]
   SmolVLM                names unchanged: model.text_model. / model.vision_model. /   [no mapper:
                          model.connector. / lm_head.             vLLM's module tree is the same]
+  Qwen3.5-MoE            as Qwen3.5, experts split (below)      [Qwen3.5's; experts.{e}.gate_proj.
+                                                                 etc. by its expert mapping]
+  Qwen3-Omni thinker     model.language_model.X -> thinker.model.X   [thinker.model. ->
+                         model.audio_tower.X -> thinker.audio_tower.X   language_model.model.,
+                         model.visual.X -> thinker.visual.X          thinker.lm_head. ->
+                         lm_head.X -> thinker.lm_head.X, experts     language_model.lm_head.,
+                         split (below)                               thinker. -> '']
 
-Qwen3.5-MoE and the Qwen3-Omni thinker have none: their checkpoints hold one weight per expert
-where the transformers-5 model holds the experts fused, which no renaming undoes; the vLLM
-backend refuses them by name.
+Split experts (`VllmNames.experts`): the transformers-5 MoE layer holds its experts fused,
+`experts.gate_up_proj` [E, 2I, H] and `experts.down_proj` [E, H, I], where these two families'
+checkpoints hold one weight per expert: `experts.{e}.gate_proj.weight` [I, H] (rows :I of
+gate_up_proj[e]), `experts.{e}.up_proj.weight` (rows I:) and `experts.{e}.down_proj.weight`
+[H, I] — what transformers' own save writes (its qwen2_moe conversion run backwards), checked
+value for value. The sync cuts them so, inside the decoder layer's unit. (Qwen3-VL-MoE's
+checkpoints hold fused experts themselves: sent whole.)
+
+The Qwen3-Omni names are those of the full (thinker + talker) checkpoint, the one vLLM serves:
+`thinker.` before what the thinker's own save writes, as transformers saves
+`Qwen3OmniMoeForConditionalGeneration` (tested) and as other tools read the release's per-expert
+keys (`thinker.model.layers.N.mlp.experts.E.gate_proj.weight`); the release's index itself was
+not read. Every vLLM thinker mapper read takes them; newer ones also take the thinker-alone
+names. The Qwen2.5-Omni thinker has no names yet: the vLLM backend refuses it by name.
 
 Names already in checkpoint form (older transformers) pass unchanged. peft's `base_model.model.`
 prefix and `.base_layer` infix, `modules_to_save`, activation-checkpoint and torch.compile
 wrappers are stripped first; LoRA factors are merged into their base weight
-(W + scaling·B@A, in float32, as peft's merge does) and never sent themselves.
+(W + scaling·B@A, in float32, as peft's merge does) and never sent themselves. LoRA on a
+parameter rather than a layer (peft's ParamWrapper: its `target_parameters`, and what peft makes
+of `model.lora.target_modules` gate_proj / up_proj / down_proj on the Qwen3-Omni thinker, whose
+experts are fused) is refused by name, never sent without its delta.
 
 Unit by unit: `sync_units` walks `model.named_parameters()` (the same fixed order on every rank)
 and yields one unit at a time — a decoder layer, a vision block, an audio layer, or one other
@@ -94,6 +115,31 @@ def checkpoint_name(name: str, model_type: str) -> str:
     return name
 
 
+def checkpoint_tensors(name: str, tensor: torch.Tensor, model_type: str
+                       ) -> list[tuple[str, torch.Tensor]]:
+    """[(checkpoint name, tensor)] for the whole tensor of the transformers parameter `name`:
+    itself under its checkpoint name, or a fused expert parameter cut one weight per expert."""
+    ckpt = checkpoint_name(name, model_type)
+    for split in architecture(model_type).experts:
+        if ckpt.endswith("." + split.fused):
+            return split_experts(ckpt, tensor, split.parts)
+    return [(ckpt, tensor)]
+
+
+def split_experts(name: str, fused: torch.Tensor, parts: tuple[str, ...]
+                  ) -> list[tuple[str, torch.Tensor]]:
+    """`fused` [E, k·out, in] as E·k [out, in] weights `<module>.{e}.{part}.weight` (expert by
+    expert, parts in order), as transformers' save writes them; views, no copy."""
+    module = name.rsplit(".", 1)[0]
+    if fused.dim() != 3 or fused.shape[1] % len(parts):
+        raise ValueError(f"rollout.backend 'vllm': fused expert parameter {name} has shape "
+                         f"{tuple(fused.shape)}, not [experts, {len(parts)}·out, in]; the "
+                         "transformers expert layout changed: update VllmNames.experts")
+    return [(f"{module}.{e}.{part}.weight", weight)
+            for e, expert in enumerate(fused.unbind(0))
+            for part, weight in zip(parts, expert.chunk(len(parts), dim=0))]
+
+
 _LAYER = re.compile(r"^(.*?\.(?:layers|blocks)\.\d+)\.")
 
 
@@ -134,6 +180,13 @@ def _lora_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     for name, module in model.named_modules():
         if not isinstance(module, LoraLayer):
             continue
+        if hasattr(module, "parameter_name"):       # peft's ParamWrapper (target_parameters)
+            raise NotImplementedError(
+                f"rollout.backend 'vllm': LoRA module {name} adapts the parameter "
+                f"{module.parameter_name!r} itself (peft's target_parameters; on a MoE model "
+                "peft makes them of target_modules gate_proj/up_proj/down_proj when the experts "
+                "are fused), which the weight sync does not merge; leave the experts out of "
+                "model.lora.target_modules or use rollout.backend: hf")
         for adapter in module.active_adapters:
             if module.use_dora.get(adapter) or module.lora_bias.get(adapter) \
                     or adapter in getattr(module, "lora_embedding_A", {}):
@@ -199,14 +252,20 @@ def _materialize_unit(params: list[tuple[str, torch.nn.Parameter]],
         if adapted:                        # merged below, in float32, once A and B are here
             bases.append((module, name, materialize(param)))
         else:
-            out.append((checkpoint_name(plain, model_type), materialize(param).to(dtype)))
+            out += _cast(checkpoint_tensors(plain, materialize(param), model_type), dtype)
     for module, name, weight in bases:
         layer = lora[module]
         pairs = [(f["A"], f["B"], float(layer.scaling[adapter]))
                  for (m, adapter), f in factors.items() if m == module]
         merged = merge_lora(weight, pairs, bool(getattr(layer, "fan_in_fan_out", False)))
-        out.append((checkpoint_name(plain_name(name), model_type), merged.to(dtype)))
+        out += _cast(checkpoint_tensors(plain_name(name), merged, model_type), dtype)
     return out
+
+
+def _cast(pairs: list[tuple[str, torch.Tensor]], dtype: torch.dtype
+          ) -> list[tuple[str, torch.Tensor]]:
+    """Each tensor in the engine's dtype (per expert weight: the fused whole is never copied)."""
+    return [(name, tensor.to(dtype)) for name, tensor in pairs]
 
 
 def load_units(units: Iterator[list[tuple[str, torch.Tensor]]],

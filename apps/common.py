@@ -20,6 +20,7 @@ from PIL import Image, UnidentifiedImageError
 
 import modalities
 from apps.runinfo import RunInfo
+from mmrlvr.core.prompting import Prompting
 from mmrlvr.data import DataError, Example
 
 log = logging.getLogger("mmrlvr.demo")
@@ -98,6 +99,12 @@ class DemoContext:
     """The `ModelConfig` the policy was loaded with (a checkpoint switch reuses it)."""
     video: dict[str, Any] = field(default_factory=dict)
     """How videos are sampled: the run's `data.video_fps`/`max_frames`/`max_video_pixels`."""
+
+    def prompting(self, format_prompt: str | None = None) -> Prompting:
+        """The run's system turn with `format_prompt` (None: the run's own format instruction);
+        a demo transforms no prompt."""
+        fmt = self.format_prompt if format_prompt is None else format_prompt
+        return Prompting(system=self.system_prompt or "", format=fmt or "")
     lock: threading.Lock = field(default_factory=threading.Lock)
     """One generation at a time: tabs share the models."""
 

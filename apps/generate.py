@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from mmrlvr.core.prompting import Prompting
 from mmrlvr.core.types import to_device
 from mmrlvr.data import Example
 from rewards.verify import extract_answer
@@ -63,16 +64,15 @@ class _Stop:
 
 
 def stream_completion(policy: Any, example: Example, *, sample: bool, temperature: float,
-                      max_new_tokens: int, system_prompt: str = "",
-                      format_prompt: str = "") -> Iterator[tuple[str, int]]:
+                      max_new_tokens: int, prompting: Prompting = Prompting()
+                      ) -> Iterator[tuple[str, int]]:
     """Yield (completion text so far, tokens generated) after every token (one prompt, any
     adapter). The prompt goes through the adapter's `encode` and `generation_inputs` as in the
     `hf` rollout engine (the audio adapter encodes the clip once and hands `generate` its
     `inputs_embeds`). Closing the iterator stops generation."""
     from transformers import StoppingCriteriaList
 
-    batch = policy.adapter.encode([example], policy.processor, system_prompt=system_prompt,
-                                  format_prompt=format_prompt)
+    batch = prompting.encode(policy, [example])
     inputs = to_device(batch.inputs, policy.device, policy.dtype)
     streamer, stop = TokenStreamer(), _Stop()
     kwargs = {"max_new_tokens": int(max_new_tokens), "eos_token_id": policy.eos_ids,

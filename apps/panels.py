@@ -107,8 +107,7 @@ def ask_models(ctx: DemoContext, example: Example, *, compare: bool, sample: boo
         for k, policy in enumerate(policies):
             stream = stream_completion(policy, example, sample=sample, temperature=temperature,
                                        max_new_tokens=max_new_tokens,
-                                       system_prompt=ctx.system_prompt,
-                                       format_prompt=format_prompt)
+                                       prompting=ctx.prompting(format_prompt))
             text, n_tokens = "", 0
             with closing(stream):       # a closed page stops generation before the lock is freed
                 for text, n_tokens in stream:

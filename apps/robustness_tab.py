@@ -170,8 +170,8 @@ def answer_one(ctx: DemoContext, variant: Variant, max_new_tokens: int
     """The greedy completion of one variant as it grows: (text so far, tokens), as the `hf`
     rollout engine decodes it for `mmrlvr stress`."""
     return stream_completion(ctx.policy, variant.example, sample=False, temperature=1.0,
-                             max_new_tokens=int(max_new_tokens), system_prompt=ctx.system_prompt,
-                             format_prompt=variant.format_prompt)
+                             max_new_tokens=int(max_new_tokens),
+                             prompting=ctx.prompting(variant.format_prompt))
 
 
 def clean_sample(ctx: DemoContext, media: Any, question: str, gold: str, choices: Any

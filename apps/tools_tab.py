@@ -252,9 +252,7 @@ def _trajectory(ctx: DemoContext, example: Example, specs: list[dict[str, Any]],
 
     def work() -> None:
         try:
-            batch = ctx.policy.adapter.encode([example], ctx.policy.processor,
-                                              system_prompt=ctx.system_prompt,
-                                              format_prompt=ctx.format_prompt)
+            batch = ctx.prompting().encode(ctx.policy, [example])
             box.append(_engine(ctx, runner, turns, budget).generate(batch, params))
         except BaseException as err:  # noqa: BLE001 — re-raised by the reader below
             box.append(err)

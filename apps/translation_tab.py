@@ -83,7 +83,7 @@ def _run(ctx: DemoContext, picture: Any, lang: str, max_new_tokens: int) -> Iter
     with ctx.lock:
         stream = stream_completion(policy, example, sample=False, temperature=1.0,
                                    max_new_tokens=max_new_tokens,
-                                   system_prompt=ctx.system_prompt)
+                                   prompting=ctx.prompting(""))
         with closing(stream):
             for text, n_tokens in stream:          # each token an update: a gone client stops it
                 yield None, "", None, f"Translating… {n_tokens} tokens"

@@ -333,9 +333,7 @@ def noise_check(run) -> dict:
     from mmrlvr.rollout import SamplingParams
 
     policy, engine = run.policy, run.engine
-    batch = policy.adapter.encode(run.train_data[:1], policy.processor,
-                                  system_prompt=run.cfg.data.system_prompt,
-                                  format_prompt=run.cfg.data.format_prompt)
+    batch = run.prompting.plain().encode(policy, run.train_data[:1])
     engine.wake_up()                      # syncs the last update's weights first
     engine.llm.collective_rpc(_capture_install)
     try:

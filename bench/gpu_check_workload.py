@@ -115,9 +115,7 @@ def param_counts(policy) -> dict[str, int]:
 def prompt_shape(run) -> dict[str, float]:
     """Mean prompt tokens (image tokens included) and vision patches per prompt (<= 16 prompts)."""
     examples = run.train_data[:16]
-    batch = run.policy.adapter.encode(examples, run.policy.processor,
-                                      system_prompt=run.cfg.data.system_prompt,
-                                      format_prompt=run.cfg.data.format_prompt)
+    batch = run.prompting.plain().encode(run.policy, examples)
     grid = batch.inputs.get("image_grid_thw")
     patches = float(grid.prod(dim=1).sum()) / len(examples) if grid is not None else 0.0
     return {"prompt_tokens": float(batch.inputs["attention_mask"].sum(dim=1).float().mean()),

@@ -15,6 +15,7 @@ from typing import Any
 
 import modalities
 from mmrlvr.config import Config, ConfigError, resolve_model_defaults
+from mmrlvr.core.prompting import Prompting
 from mmrlvr.rollout import make_engine
 from mmrlvr.train.evaluate import evaluate_ranks
 from mmrlvr.train.parallel import Dist, pick_device
@@ -46,8 +47,8 @@ def evaluate_model(cfg: Config, model_dir: str | Path, sets: Any = None,
         result, _ = evaluate_ranks(
             d, policy, engine, list(examples), max_new_tokens=cfg.rollout.max_new_tokens,
             batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
-            temperature=cfg.rollout.temperature, system_prompt=cfg.data.system_prompt,
-            format_prompt=cfg.data.format_prompt, reward=reward)     # rank 0's; {} elsewhere
+            temperature=cfg.rollout.temperature, prompting=Prompting.of(cfg).plain(),
+            reward=reward)     # rank 0's; {} elsewhere
         prefix = "eval/" if i == 0 else f"eval/{name}/"
         out.update({f"{prefix}{k}": v for k, v in result.items()})
     return d.gather(out)[0]                  # rank 0's figures, on every rank

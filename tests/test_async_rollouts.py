@@ -72,10 +72,10 @@ def test_a_batch_generated_ahead_comes_from_the_weights_before_the_last_update(
 
 
 def test_the_behaviour_forward_equals_the_engines_sample_logprobs(tmp_path, tiny_vl, shapes_dir):
-    from mmrlvr.train.trainer import next_prompts, sampling_params, templates_for
+    from mmrlvr.train.trainer import next_prompts, sampling_params
 
     run = build_run(_cfg(tmp_path, tiny_vl, shapes_dir, "run", "train.steps=2"))[0]
-    _, _, prompts = next_prompts(run, templates_for(5, 1))
+    _, _, prompts = next_prompts(run, run.prompting.draw(1))
     rollouts = run.prefetch.engine.generate(prompts, sampling_params(run.cfg))
     mask = rollouts.completion_mask.bool()
     got = run.prefetch.logprobs(rollouts)

@@ -17,7 +17,7 @@ import yaml
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
-PACKAGES = ("my_methods", "my_rewards", "my_modalities", "my_models")
+PACKAGES = ("my_methods", "my_transforms", "my_rewards", "my_modalities", "my_models")
 
 
 def section(title: str) -> str:
@@ -98,9 +98,10 @@ def isolated(workspace, monkeypatch):
     from mmrlvr import models
     from mmrlvr.algo.shaping import SHAPERS
     from mmrlvr.core import registry
+    from mmrlvr.core.prompting import PROMPT_TRANSFORMS
 
     registry.discover()          # mmrlvr.methods registered before the snapshot, so kept after
-    for reg in (SHAPERS, rewards.REWARDS, modalities.ADAPTERS):
+    for reg in (SHAPERS, PROMPT_TRANSFORMS, rewards.REWARDS, modalities.ADAPTERS):
         monkeypatch.setattr(reg, "_entries", dict(reg._entries))
     monkeypatch.setattr(models, "FAMILIES", models.FAMILIES)
     monkeypatch.setattr(models, "_BY_TYPE", dict(models._BY_TYPE))
@@ -120,6 +121,28 @@ def test_the_method_flips_every_advantage_in_a_grpo_step(isolated):
     assert row["shaping/flip/scale"] == 2.0
     assert row["shaping/flip/mean_abs_delta_adv"] > 0        # the length reward gave spread
     assert row["reward/length/failed"] == 0 and row["optim/grad_norm"] > 0
+
+
+def test_the_prompt_transform_rewrites_a_share_of_the_training_prompts(isolated):
+    from mmrlvr.config import load_config
+    from mmrlvr.config.checks import find_problems
+    from mmrlvr.core.prompting import Prompting
+    from mmrlvr.data import load_split
+    from mmrlvr.train.options import plugin_problems
+
+    run_section("Add a prompt transform", isolated)
+    row = step_row(out_dir(isolated, "transform.yaml"))
+    assert row["reward/length/failed"] == 0 and row["optim/grad_norm"] > 0
+    cfg = load_config(str(isolated / "transform.yaml"))
+    rows = list(load_split(cfg.data, "train"))
+    drawn = Prompting.of(cfg).draw(1)(rows)
+    hinted = [ex.prompt.endswith(" Work it out step by step.") for ex in drawn]
+    assert any(hinted) and not all(hinted)
+    assert [ex.prompt for ex in Prompting.of(cfg).plain().draw(1)(rows)] == [ex.prompt for ex in rows]
+    cfg.data.prompt_transforms = [{"name": "hint", "shre": 0.5}]
+    assert not find_problems(cfg) and plugin_problems(cfg) == [
+        "config key 'data.prompt_transforms[0].shre': prompt transform 'hint' takes no option "
+        "'shre' (did you mean 'share'?); it takes ['share', 'text']"]
 
 
 def test_the_reward_pays_partial_credit_and_its_options_are_checked(isolated):

@@ -135,13 +135,12 @@ def _exact_kl(run, teacher, batch) -> float:
 
 def test_the_full_estimator_lowers_the_exact_kl_of_its_batch(tmp_path, tiny_vl, shapes_dir,
                                                              other_seed):
-    from mmrlvr.core.templates import template_rng
     from mmrlvr.train.trainer import draw_batch
     from mmrlvr.train.update import policy_update
 
     run = _stage_run(tmp_path, tiny_vl, other_seed, shapes_dir, "opd.lr=1e-3", "opd.estimator=full",
                      "optim.warmup_steps=0", "optim.schedule=constant")
-    drawn = draw_batch(run, 1, template_rng(0, 1))
+    drawn = draw_batch(run, 1, run.prompting.draw(1))
     before = _exact_kl(run, other_seed, drawn)
     for _ in range(5):                                   # the same batch, five updates
         update = policy_update(run, drawn.rollouts, torch.zeros(4), drawn.scores, 1)
@@ -153,12 +152,11 @@ def test_the_full_estimator_lowers_the_exact_kl_of_its_batch(tmp_path, tiny_vl, 
 @pytest.mark.slow
 def test_on_policy_sampled_opd_steps_lower_the_kl_on_held_out_prefixes(tmp_path, tiny_vl,
                                                                       shapes_dir, other_seed):
-    from mmrlvr.core.templates import template_rng
     from mmrlvr.train.trainer import draw_batch, grpo_step
 
     run = _stage_run(tmp_path, tiny_vl, other_seed, shapes_dir, "opd.lr=1e-3", "opd.group_size=4",
                      "train.batch_prompts=4", "optim.warmup_steps=0", "optim.schedule=constant")
-    fixed = draw_batch(run, 999, template_rng(0, 999))       # prefixes no step trains on
+    fixed = draw_batch(run, 999, run.prompting.draw(999))       # prefixes no step trains on
     before = _exact_kl(run, other_seed, fixed)
     ks = [grpo_step(run, step)["objective/opd/reverse_kl"] for step in range(1, 9)]
     after = _exact_kl(run, other_seed, fixed)

@@ -72,6 +72,8 @@ class DataConfig:
     """Instruction appended to each question (e.g. asking for <think>/<answer> tags), or a Jinja template rendered with the question as `content`: a `.jinja` file (EasyR1's format_prompt) or text holding `{{ }}`."""
     templates: list[str] = field(default_factory=list)
     """Prompt templates with a `{question}` slot; each prompt gets one drawn per step (empty: off)."""
+    prompt_transforms: list[dict[str, Any]] = field(default_factory=list)
+    """Prompt transforms for each step's prompts, after `templates`: `{name, ...options}` each (the prompt-transform hook, `mmrlvr.core.prompting`; eval prompts are never transformed)."""
     allow_outside: bool = False
     """Allow media paths that are absolute or lead outside the data file's dir (`../`)."""
     max_image_pixels: int = 64_000_000

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mmrlvr.config import ConfigError
+from mmrlvr.core.prompting import Prompting
 
 VERDICTS = ("active", "inactive")
 
@@ -38,6 +39,11 @@ class CheckOptions:
     """torch seed set before sampling."""
     method: dict[str, Any] = field(default_factory=dict)
     """The method's own settings (`--option key=value`), e.g. NC-GRPO's `alpha`."""
+
+    @property
+    def prompting(self) -> Prompting:
+        """The questions' system turn and format instruction, as a run's eval asks them."""
+        return Prompting(system=self.system_prompt, format=self.format_prompt)
 
 
 @dataclass

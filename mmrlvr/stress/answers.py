@@ -7,6 +7,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from mmrlvr.core.prompting import Prompting
 from mmrlvr.data import Example
 from mmrlvr.rollout.base import SamplingParams
 from rewards.verify import detect_kind, extract_answer, match
@@ -36,8 +37,7 @@ def answer(policy, engine, jobs: list[tuple], *, system_prompt: str = "", batch_
         for job in chunk:
             groups.setdefault(job[3], []).append(job)
         for fmt, part in groups.items():
-            batch = policy.adapter.encode([j[2] for j in part], policy.processor,
-                                          system_prompt=system_prompt, format_prompt=fmt)
+            batch = Prompting(system_prompt, fmt).encode(policy, [j[2] for j in part])
             done = engine.generate(batch, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
             out.extend(zip(part, done.texts))
         bar.update(len(chunk))

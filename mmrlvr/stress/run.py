@@ -207,6 +207,7 @@ def stress(model: str, data: str, out: str, ops: list[str] | None = None, *, mod
     import modalities
     from mmrlvr.config import ConfigError, ModelConfig
     from mmrlvr.tasks.medvqa_public import load_any
+    from mmrlvr.core.prompting import Prompting
     from mmrlvr.train.lengths import eval_budget, refuse_long
     from mmrlvr.train.policy import Policy, pick_device
     from mmrlvr.rollout import make_engine
@@ -231,7 +232,7 @@ def stress(model: str, data: str, out: str, ops: list[str] | None = None, *, mod
     ops = chosen
     # the clean prompts against the model's context, before the weights load (an operator's
     # added words are not measured: they are a few tokens beside the question)
-    refuse_long(examples, eval_budget(mcfg, max_new_tokens, system, fmt), str(data))
+    refuse_long(examples, eval_budget(mcfg, max_new_tokens, Prompting(system, fmt)), str(data))
     adapter = modalities.get(mcfg.modality, min_pixels=mcfg.min_pixels, max_pixels=mcfg.max_pixels)
     policy = Policy.load(mcfg, adapter, pick_device(device))
     records = run_stress(policy, make_engine("hf", policy), examples, ops, format_prompt=fmt,

@@ -64,11 +64,10 @@ def collect(run: Any, draw, share: int) -> Drawn:
 
 def merge(run: Any, chosen: list[tuple[Drawn, int]]) -> Drawn:
     """One batch of the chosen groups: examples encoded again together, rows re-padded."""
-    policy, cfg = run.policy, run.cfg
+    policy = run.policy
     G = chosen[0][0].rollouts.group_size
     examples = [batch.examples[b] for batch, b in chosen]
-    prompts = policy.adapter.encode(examples, policy.processor, system_prompt=cfg.data.system_prompt,
-                                    format_prompt=cfg.data.format_prompt)
+    prompts = run.prompting.encode(policy, examples)     # already transformed: encoded as drawn
     rows = [(batch.rollouts, b * G + g) for batch, b in chosen for g in range(G)]
     width = max(r.completion_ids.shape[1] for r, _ in rows)
     ids = torch.stack([_pad(r.completion_ids[i], width, policy.pad_id) for r, i in rows])

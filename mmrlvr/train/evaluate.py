@@ -18,6 +18,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 import rewards
+from mmrlvr.core.prompting import Prompting
 from mmrlvr.core.trajectory import trajectory_of
 from mmrlvr.data import Example
 from mmrlvr.rollout.base import SamplingParams
@@ -26,20 +27,21 @@ from mmrlvr.train.writes import write_atomic
 
 def evaluate(policy, engine, examples: list[Example], *, max_new_tokens: int,
              batch_size: int = 32, samples: int = 0, temperature: float = 1.0,
-             system_prompt: str = "", format_prompt: str = "", progress: bool = False,
+             prompting: Prompting = Prompting(), progress: bool = False,
              keep_predictions: bool = False, reward=None) -> dict[str, Any]:
     """Evaluate on `examples`; `samples` > 0 adds pass@k with k = samples sampled completions;
-    `reward` adds the mean reward of the greedy completions (total and per part)."""
+    `reward` adds the mean reward of the greedy completions (total and per part); `prompting`:
+    the system turn and format instruction the questions are asked with (no transform is
+    applied here: pass `Prompting.plain()`'s kind)."""
     records = score_examples(policy, engine, examples, max_new_tokens=max_new_tokens,
                              batch_size=batch_size, samples=samples, temperature=temperature,
-                             system_prompt=system_prompt, format_prompt=format_prompt,
-                             progress=progress, reward=reward)
+                             prompting=prompting, progress=progress, reward=reward)
     return aggregate(records, samples=samples, keep_predictions=keep_predictions)
 
 
 def score_examples(policy, engine, examples: list[Example], *, max_new_tokens: int,
                    batch_size: int = 32, samples: int = 0, temperature: float = 1.0,
-                   system_prompt: str = "", format_prompt: str = "", progress: bool = False,
+                   prompting: Prompting = Prompting(), progress: bool = False,
                    reward=None) -> list[dict[str, Any]]:
     """One record per example (its verdicts, length, graded reward parts and prediction), so a
     multi-process eval can score its share and gather the records before `aggregate`."""
@@ -48,8 +50,7 @@ def score_examples(policy, engine, examples: list[Example], *, max_new_tokens: i
     bar = tqdm(total=len(examples), desc="eval", disable=not progress, leave=False)
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
-        prompts = policy.adapter.encode(chunk, policy.processor, system_prompt=system_prompt,
-                                        format_prompt=format_prompt)
+        prompts = prompting.encode(policy, chunk)
         greedy = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
         lengths = greedy.completion_mask.sum(dim=1).tolist()
         sampled = None
@@ -159,7 +160,8 @@ def cmd_eval(args) -> int:
                        max_pixels=args.max_pixels or own.max_pixels)
     adapter = modalities.get(mcfg.modality, min_pixels=mcfg.min_pixels, max_pixels=mcfg.max_pixels)
     max_new_tokens = args.max_new_tokens or own.max_new_tokens
-    budget = eval_budget(mcfg, max_new_tokens, args.system_prompt, args.format_prompt)
+    prompting = Prompting(system=args.system_prompt or "", format=args.format_prompt or "")
+    budget = eval_budget(mcfg, max_new_tokens, prompting)
     data = load_dataset(args.data, on_error=args.on_error, budget=budget)    # before the weights
     policy = Policy.load(mcfg, adapter, pick_device(args.device))
     if args.limit:
@@ -171,8 +173,7 @@ def cmd_eval(args) -> int:
     result = evaluate(policy, make_engine(args.backend, policy), data,
                       max_new_tokens=max_new_tokens, batch_size=args.batch_size,
                       samples=args.samples, temperature=args.temperature,
-                      system_prompt=args.system_prompt, format_prompt=args.format_prompt,
-                      progress=True, keep_predictions=bool(args.out), reward=reward)
+                      prompting=prompting, progress=True, keep_predictions=bool(args.out), reward=reward)
     preds = result.pop("predictions", None)
     width = max(len(k) for k in result)
     print(f"{'metric':<{width}}  value")

@@ -25,7 +25,7 @@ from typing import Any
 
 import modalities
 from mmrlvr.config import Config, ConfigError
-from mmrlvr.core.templates import render
+from mmrlvr.core.prompting import Prompting
 from mmrlvr.data import DataError, Example, row_error
 from mmrlvr.data.lengths import PromptBudget
 from mmrlvr.train.policy import load_family, load_processor
@@ -78,14 +78,13 @@ class Measure:
     def __init__(self, cfg: Config, processor: Any, adapter: Any, family: Any, config: Any):
         self.processor, self.adapter, self.family, self.config = processor, adapter, family, config
         self.tokenizer = getattr(processor, "tokenizer", processor)
-        self.system, self.format = cfg.data.system_prompt, cfg.data.format_prompt
-        self.templates = list(cfg.data.templates) or ["{question}"]
-        self.template_bytes = max(len(t.encode("utf-8")) for t in self.templates)
+        self.prompting = Prompting.of(cfg)     # every prompt a transform can make is measured
+        self.system = self.prompting.system
         self.model, self.data = cfg.model, cfg.data
 
     def budget(self, limit: int, why: str) -> PromptBudget:
         empty = Example(id="-", prompt="", answer="-")
-        overhead = self._tokens(empty, "{question}") + SEAMS      # system and format included
+        overhead = self._tokens(empty) + SEAMS      # system and format included
         per = {kind: self._per_medium(kind, empty) for kind in ("images", "audios", "videos")}
 
         def media_bound(ex: Example) -> int | None:
@@ -101,29 +100,23 @@ class Measure:
                             self.text_tokens, self.exact_tokens)
 
     def text_bytes(self, ex: Example) -> int:
-        own = len(ex.prompt.encode("utf-8")) + self.template_bytes
+        own = max(len(v.prompt.encode("utf-8")) for v in self.prompting.variants(ex))
         if not self.system:                       # the row's own system turn is used then
             own += len(str(ex.meta.get("system", "")).encode("utf-8"))
         return own
 
     def text_tokens(self, ex: Example) -> int:
-        """The prompt with one placeholder per medium, under its longest template."""
-        return max(self._tokens(ex, t) for t in self.templates)
+        """The prompt with one placeholder per medium, in its longest transformed form."""
+        return max(self._tokens(v) for v in self.prompting.variants(ex))
 
     def exact_tokens(self, ex: Example) -> int:
-        """The prompt as `adapter.encode` makes it for a rollout, under its longest template."""
-        batches = (self.adapter.encode([self._templated(ex, t)], self.processor,
-                                       system_prompt=self.system, format_prompt=self.format)
-                   for t in self.templates)
+        """The prompt as `adapter.encode` makes it for a rollout, in its longest transformed form."""
+        batches = (self.prompting.encode_with(self.adapter, self.processor, [v])
+                   for v in self.prompting.variants(ex))
         return max(int(b.inputs["attention_mask"].sum()) for b in batches)
 
-    def _templated(self, ex: Example, template: str) -> Example:
-        return ex if template == "{question}" else dataclasses.replace(
-            ex, prompt=render(template, ex.prompt))
-
-    def _tokens(self, ex: Example, template: str) -> int:
-        messages = self.adapter.build_messages(self._templated(ex, template), self.system,
-                                               self.format)
+    def _tokens(self, ex: Example) -> int:
+        messages = self.prompting.messages(self.adapter, ex)
         text = self.processor.apply_chat_template(messages, tokenize=False,
                                                   add_generation_prompt=True)
         return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
@@ -135,8 +128,8 @@ class Measure:
             return None               # no video path: the encode names it (Mistral 3's template
             #                           raises on a video block)
         try:
-            scaffold = self._tokens(dataclasses.replace(empty, **{kind: [None]}), "{question}") \
-                - self._tokens(empty, "{question}")
+            scaffold = self._tokens(dataclasses.replace(empty, **{kind: [None]})) \
+                - self._tokens(empty)
         except DataError:                         # the model takes no medium of this kind
             return None
         if scaffold <= 0:
@@ -164,13 +157,14 @@ class Measure:
         return int(family.output_lengths(torch.tensor([frames]))[0])
 
 
-def eval_budget(model_cfg: Any, max_new_tokens: int, system_prompt: str = "",
-                format_prompt: str = "") -> PromptBudget | None:
+def eval_budget(model_cfg: Any, max_new_tokens: int,
+                prompting: Prompting = Prompting()) -> PromptBudget | None:
     """The prompt budget of `mmrlvr eval` and `mmrlvr stress`: the model at `model_cfg.path` fed
-    through `model_cfg`'s modality with these prompts, leaving `max_new_tokens` for the answer."""
+    through `model_cfg`'s modality with `prompting`'s system turn and format instruction (eval
+    transforms no prompt), leaving `max_new_tokens` for the answer."""
     cfg = Config()
     cfg.model = model_cfg
-    cfg.data.system_prompt, cfg.data.format_prompt = system_prompt or "", format_prompt or ""
+    cfg.data.system_prompt, cfg.data.format_prompt = prompting.system, prompting.format
     cfg.rollout.max_new_tokens = max_new_tokens
     return prompt_budget(cfg)
 

@@ -1,8 +1,8 @@
 """Plug-in options checked with the config, before any data or weights load.
 
 Each plug-in a config names (a reward in `rewards` / `eval_rewards`, an objective, an
-`algo.shaping` method, the `rollout.branching` kind, the `train.sampler`) takes its options from
-the same mapping that names it. Its options are declared once, beside the plug-in: the fields of
+`algo.shaping` method, a `data.prompt_transforms` entry, the `rollout.branching` kind, the
+`train.sampler`) takes its options from the same mapping that names it. Its options are declared once, beside the plug-in: the fields of
 the dataclass it names as `options`, or else its constructor's keyword parameters. This module
 reads that declaration and reports, one line each and all at once, an option the plug-in does not
 take (with the nearest known name), one it needs and was not given, and a value of the wrong
@@ -35,6 +35,7 @@ RESERVED = {
     "rewards": ("name", "weight", "label", "style", *WRAPPER_KEYS),
     "objectives": ("name", "weight"),
     "algo.shaping": ("name",),
+    "data.prompt_transforms": ("name",),
 }
 """Keys of a spec the core reads itself (`rewards.build_combined` takes the reward wrapper's,
 `WRAPPER_KEYS`, and the first four; the plug-in never sees them)."""
@@ -146,6 +147,7 @@ def plugin_problems(cfg: Config) -> list[str]:
     """Every plug-in option problem of `cfg`, one line each (empty: none)."""
     import rewards
     from mmrlvr.algo.shaping import SHAPERS
+    from mmrlvr.core.prompting import PROMPT_TRANSFORMS
     from mmrlvr.objectives import OBJECTIVES
     from mmrlvr.rollout.base import BRANCHINGS
     from mmrlvr.train.sampler import SAMPLERS
@@ -155,6 +157,8 @@ def plugin_problems(cfg: Config) -> list[str]:
         out += _list_problems(key, RESERVED["rewards"], rewards.REWARDS, getattr(cfg, key))
     out += _list_problems("objectives", RESERVED["objectives"], OBJECTIVES, cfg.objectives)
     out += _list_problems("algo.shaping", RESERVED["algo.shaping"], SHAPERS, cfg.algo.shaping)
+    out += _list_problems("data.prompt_transforms", RESERVED["data.prompt_transforms"],
+                          PROMPT_TRANSFORMS, cfg.data.prompt_transforms)
     branching = cfg.rollout.branching
     if isinstance(branching, dict) and branching.get("kind", "none") != "none":
         factory = _registered(BRANCHINGS, branching.get("kind"))

@@ -23,6 +23,7 @@ from mmrlvr import objectives as objectives_mod
 from mmrlvr.objectives import Objective
 from mmrlvr.config import (Config, ConfigError, DataConfig, check_model_path, eval_sets,
                            resolve_model_defaults, save_config, to_dict)
+from mmrlvr.core.prompting import Prompting
 from mmrlvr.data import Example, LoadReport, load_split
 from mmrlvr.algo import shaping
 from mmrlvr.algo.shaping import Shaper
@@ -112,6 +113,8 @@ class Run:
     prefetch: Prefetcher | None = None
     """`train.async_rollouts: one_step_off`: the behaviour copy and the batch in flight
     (`mmrlvr.train.async_rollout.Prefetcher`); None: every step generates its own batch."""
+    prompting: Prompting = field(default_factory=Prompting)
+    """The system turn, format instruction and prompt transforms (`mmrlvr.core.prompting`)."""
 
 
 def start_processes(cfg: Config, batch: int, what: str = "train.batch_prompts") -> Dist:
@@ -263,8 +266,8 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool,
     if d.main:
         save_config(cfg, run_dir / "config.yaml")
 
-    report = LoadReport()
-    budget = prompt_budget(cfg)             # prompts over the model's context: bad rows at load
+    prompting = Prompting.of(cfg)           # a transform's unknown name: before anything loads
+    report, budget = LoadReport(), prompt_budget(cfg)   # prompts over the context: bad at load
     train_data = load_split(cfg.data, "train", report, budget)
     (_, eval_data), *extra_evals = load_eval_sets(cfg.data, budget) or [("eval", [])]
     if d.main:
@@ -334,7 +337,7 @@ def _build(cfg: Config, d: Dist, run_dir: Path, lock, resume: bool,
     run = Run(cfg, d, policy, engine,
               build_combined(cfg.rewards, error_log=errors), objectives, optimizer, scheduler,
               train_data, eval_data, sampler, ref_model, run_dir, report, shapers, lock,
-              Skips(), dict(extra_evals), prefetcher(cfg, d, policy))
+              Skips(), dict(extra_evals), prefetcher(cfg, d, policy), prompting)
     return run, start_step
 
 

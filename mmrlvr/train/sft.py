@@ -40,6 +40,7 @@ from mmrlvr.train.sft_tools import gold_turns, tool_runner, trajectory_targets
 from mmrlvr.rollout.multiturn import with_tools
 from mmrlvr.train.update import clip_grad_norm, sync_grads
 from mmrlvr.train.writes import save_final
+from mmrlvr.core.prompting import Prompting
 from mmrlvr.core.types import ModalityAdapter, select
 from rewards import build_combined
 
@@ -156,8 +157,7 @@ def _sft(cfg: Config, d, out_dir: Path, progress: bool,
     def run_eval(step: int) -> dict[str, float]:
         result, records = evaluate_ranks(
             d, policy, engine, eval_data, max_new_tokens=cfg.rollout.max_new_tokens,
-            batch_size=cfg.train.eval_batch, system_prompt=cfg.data.system_prompt,
-            format_prompt=cfg.data.format_prompt,
+            batch_size=cfg.train.eval_batch, prompting=Prompting.of(cfg).plain(),
             reward=build_combined(cfg.eval_rewards or cfg.rewards) if cfg.train.eval_reward else None)
         if d.main:
             write_records(out_dir / "eval" / f"step-{step}.jsonl", records)
@@ -225,8 +225,7 @@ def _sft_data(cfg: Config, d, out_dir: Path) -> tuple[Sequence[Any], Sequence[An
 def _sft_step(cfg: Config, d, policy, opt, sched, share: list, runner, eos: int) -> dict[str, float]:
     """One optimiser step of token-mean NLL on this rank's rows `share` (all ranks' tokens in
     the mean); its loss, gradient norm and learning rate."""
-    prompts = policy.adapter.encode(share, policy.processor, system_prompt=cfg.data.system_prompt,
-                                    format_prompt=cfg.data.format_prompt)
+    prompts = Prompting.of(cfg).plain().encode(policy, share)      # SFT: questions as written
     if runner is None:
         ids, mask = encode_targets(policy.tokenizer, [sft_target(ex) for ex in share], eos,
                                    policy.pad_id)

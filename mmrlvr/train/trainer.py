@@ -1,7 +1,8 @@
 """The GRPO trainer: rollout → rewards → advantages → clipped-surrogate update, step after step.
 
 One step (docs/grpo-step.md):
-    Examples ─► adapter.encode ─► PromptBatch (B prompts, processed once)
+    Examples ─► prompting.draw(step) (prompt transforms: the template pool)
+      ─► prompting.encode (system turn, format instruction; adapter.encode) ─► PromptBatch
       ─► engine.generate(n=G) ─► Rollouts (B·G completions, sample logprobs)
       ─► reward.score per group ─► rewards [B, G] ─► advantages [B, G]
       ─► policy logprobs in micro-batches ─► GRPO loss (+ KL, + objectives) ─► AdamW step
@@ -18,7 +19,6 @@ Weights are fp32 masters; the forward runs in `model.dtype` (`mmrlvr.train.polic
 """
 from __future__ import annotations
 
-import random
 import sys
 import time
 from collections.abc import Sequence
@@ -31,7 +31,7 @@ from mmrlvr.algo import group_advantages, zero_spread_fraction
 from mmrlvr.algo.shaping import ShapeContext, token_credit
 from mmrlvr.config import Config, to_dict
 from mmrlvr.core.errors import TrainingError
-from mmrlvr.core.templates import apply_templates, template_rng as templates_for
+from mmrlvr.core.prompting import Draw
 from mmrlvr.core.types import Scores
 from mmrlvr.rollout import SamplingParams
 from mmrlvr.rollout.base import truncated_rows
@@ -54,14 +54,14 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     """One GRPO step on this process's share of the next `batch_prompts` prompts."""
     cfg, policy, d = run.cfg, run.policy, run.dist
     t0 = time.perf_counter()
-    template_rng = templates_for(cfg.train.seed, step)       # per step: resumes exactly
+    draw = run.prompting.draw(step)        # the step's prompt transforms: resumes exactly
     if cfg.train.dynamic_sampling:         # groups with reward spread, drawing more while short
         share = len(range(d.rank, cfg.train.batch_prompts, d.world))
-        drawn = dynamic.collect(run, lambda: draw_batch(run, step, template_rng), share)
+        drawn = dynamic.collect(run, lambda: draw_batch(run, step, draw), share)
     elif run.prefetch is not None:         # this step's batch was generated during the last update
-        drawn = draw_ahead(run, step, template_rng)
+        drawn = draw_ahead(run, step, draw)
     else:
-        drawn = draw_batch(run, step, template_rng)
+        drawn = draw_batch(run, step, draw)
     examples, rollouts, scores = drawn.examples, drawn.rollouts, drawn.scores
     prompts = rollouts.prompts
     t1 = t0 + drawn.stats["time/rollout_s"]
@@ -105,18 +105,18 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     return mean_over_ranks(d, metrics)
 
 
-def draw_batch(run: Run, step: int, template_rng: random.Random) -> dynamic.Drawn:
+def draw_batch(run: Run, step: int, draw: Draw) -> dynamic.Drawn:
     """This rank's share of the next `batch_prompts` prompts, rolled out and scored; a sampler
     that learns from outcomes sees them (every rank the whole draw, so all keep one state)."""
     t0 = time.perf_counter()
-    indices, examples, prompts = next_prompts(run, template_rng)
+    indices, examples, prompts = next_prompts(run, draw)
     run.engine.wake_up()
     rollouts = run.engine.generate(prompts, sampling_params(run.cfg))
     run.engine.sleep()
     return score_batch(run, step, indices, examples, rollouts, t0)
 
 
-def draw_ahead(run: Run, step: int, template_rng: random.Random) -> dynamic.Drawn:
+def draw_ahead(run: Run, step: int, draw: Draw) -> dynamic.Drawn:
     """`train.async_rollouts: one_step_off`: the batch generated for this step during the last
     update (else one generated now), scored; then, unless a checkpoint, an eval or the end
     follows this step, the next step's prompts start generating from the weights as they are
@@ -124,28 +124,25 @@ def draw_ahead(run: Run, step: int, template_rng: random.Random) -> dynamic.Draw
     t0 = time.perf_counter()
     ahead = run.prefetch.take(step)
     if ahead is None:
-        drawn = draw_batch(run, step, template_rng)
+        drawn = draw_batch(run, step, draw)
     else:
         indices, examples, rollouts, waited = ahead
         drawn = score_batch(run, step, indices, examples, rollouts, t0)
         drawn.stats["async/wait_s"] = waited
     drawn.stats["async/stale"] = float(ahead is not None)
     if plans_ahead(run.cfg, step):
-        indices, examples, prompts = next_prompts(run, templates_for(run.cfg.train.seed, step + 1))
+        indices, examples, prompts = next_prompts(run, run.prompting.draw(step + 1))
         run.prefetch.start(step + 1, indices, examples, prompts, sampling_params(run.cfg))
     return drawn
 
 
-def next_prompts(run: Run, template_rng: random.Random) -> tuple[list[int], list, Any]:
+def next_prompts(run: Run, draw: Draw) -> tuple[list[int], list, Any]:
     """This rank's share of the sampler's next `batch_prompts` prompts: (dataset indices, the
-    examples with their templates, the encoded PromptBatch)."""
-    cfg, policy, d = run.cfg, run.policy, run.dist
-    indices = run.sampler.next(cfg.train.batch_prompts)[d.rank::d.world]
-    examples = [run.train_data[i] for i in indices]
-    examples = apply_templates(examples, cfg.data.templates, template_rng)
-    prompts = policy.adapter.encode(examples, policy.processor, system_prompt=cfg.data.system_prompt,
-                                    format_prompt=cfg.data.format_prompt)
-    return indices, examples, prompts
+    examples as the step's prompt transforms rewrote them, the encoded PromptBatch)."""
+    d = run.dist
+    indices = run.sampler.next(run.cfg.train.batch_prompts)[d.rank::d.world]
+    examples = draw([run.train_data[i] for i in indices])
+    return indices, examples, run.prompting.encode(run.policy, examples)
 
 
 def sampling_params(cfg: Config) -> SamplingParams:
@@ -224,8 +221,8 @@ def run_eval(run: Run, step: int, progress: bool = False) -> dict[str, float]:
             result, records = evaluate_ranks(
                 run.dist, run.policy, engine, data, max_new_tokens=cfg.rollout.max_new_tokens,
                 batch_size=cfg.train.eval_batch, samples=cfg.train.eval_samples,
-                temperature=cfg.rollout.temperature, system_prompt=cfg.data.system_prompt,
-                format_prompt=cfg.data.format_prompt, progress=progress and run.dist.main,
+                temperature=cfg.rollout.temperature, prompting=run.prompting.plain(),
+                progress=progress and run.dist.main,
                 reward=build_combined(cfg.eval_rewards or cfg.rewards) if cfg.train.eval_reward
                 else None)
             if run.dist.main:

@@ -49,8 +49,7 @@ def check(ctx: CheckContext) -> CheckResult:
     arm = {**base, **opts.method}
     policy = ctx.policy("ncgrpo")
     rows = ctx.rows(ROWS)
-    batch = policy.adapter.encode(rows, policy.processor, system_prompt=opts.system_prompt,
-                                  format_prompt=opts.format_prompt)
+    batch = opts.prompting.encode(policy, rows)
     figures = measure_arm(policy, batch, arm, opts.group, opts.temperature, opts.max_new_tokens)
     figures["rows"] = float(len(rows))
     state, why = verdict(figures)

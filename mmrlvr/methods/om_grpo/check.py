@@ -69,9 +69,7 @@ def check(ctx: CheckContext) -> CheckResult:
     torch.manual_seed(opts.seed)
     texts: list[str] = []
     for start in range(0, len(rows), BATCH):
-        batch = policy.adapter.encode(rows[start:start + BATCH], policy.processor,
-                                      system_prompt=opts.system_prompt,
-                                      format_prompt=opts.format_prompt)
+        batch = opts.prompting.encode(policy, rows[start:start + BATCH])
         texts += engine.generate(batch, params).texts
     figures = vote(rows, texts, opts.group)
     state, why = verdict(figures)

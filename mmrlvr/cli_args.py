@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from mmrlvr.config.flags import config_flag
+
 EPILOG_TRAIN = """examples:
   mmrlvr train configs/quickstart.yaml
   mmrlvr train configs/quickstart.yaml train.steps=50 optim.lr=3e-5 rollout.group_size=16
@@ -57,20 +59,19 @@ def add_eval(sub: Any, fn: Callable) -> None:
     e = sub.add_parser("eval", help="accuracy, pass@k, format rate of a model on a dataset")
     e.add_argument("--model", required=True, help="model dir (or hub id) the adapters load")
     e.add_argument("--data", required=True, help="JSONL file (or layout:file.parquet)")
-    e.add_argument("--modality", default="vision", help="adapter name [vision]")
+    config_flag(e, "model.modality")
     e.add_argument("--limit", type=int, default=0, help="evaluate the first N rows only")
-    e.add_argument("--max-new-tokens", type=int, default=0, help="0: the model's generation config's")
+    config_flag(e, "rollout.max_new_tokens", default=0, note="0: the model's generation config's")
     e.add_argument("--samples", type=int, default=0, help="k sampled completions for pass@k")
-    e.add_argument("--temperature", type=float, default=1.0, help="for pass@k sampling")
+    config_flag(e, "rollout.temperature", note="for pass@k sampling")
     e.add_argument("--batch-size", type=int, default=32)
-    e.add_argument("--min-pixels", type=int, default=0, help="0: the model's image processor's")
-    e.add_argument("--max-pixels", type=int, default=0, help="0: the model's image processor's")
-    e.add_argument("--system-prompt", default="")
-    e.add_argument("--format-prompt", default="")
-    e.add_argument("--on-error", default="raise", choices=["raise", "skip"])
-    e.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    e.add_argument("--backend", default="auto", choices=["auto", "hf", "vllm"],
-                   help="generation engine (auto: vllm on a GPU where it is installed, else hf)")
+    config_flag(e, "model.min_pixels", default=0, note="0: the model's image processor's")
+    config_flag(e, "model.max_pixels", default=0, note="0: the model's image processor's")
+    config_flag(e, "data.system_prompt")
+    config_flag(e, "data.format_prompt")
+    config_flag(e, "data.on_error")
+    config_flag(e, "train.device")
+    config_flag(e, "rollout.backend")
     e.add_argument("--out", help="write metrics and every prediction to this JSON file")
     e.add_argument("--reward", action="append", metavar="NAME",
                    help="also score the greedy completions with this registered reward and report "
@@ -117,11 +118,11 @@ def add_pretrain_vision(sub: Any, fn: Callable) -> None:
     v.add_argument("--batch-size", type=int, default=32)
     v.add_argument("--lr", type=float, default=1e-3)
     v.add_argument("--seed", type=int, default=0)
-    v.add_argument("--min-pixels", type=int, default=56 * 56, help="as model.min_pixels in training")
-    v.add_argument("--max-pixels", type=int, default=112 * 112, help="as model.max_pixels in training")
-    v.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    v.add_argument("--video-fps", type=float, default=2.0, help="as data.video_fps in training")
-    v.add_argument("--max-frames", type=int, default=16, help="as data.max_frames in training")
+    config_flag(v, "model.min_pixels", default=56 * 56)
+    config_flag(v, "model.max_pixels", default=112 * 112)
+    config_flag(v, "train.threads")
+    config_flag(v, "data.video_fps")
+    config_flag(v, "data.max_frames")
     v.set_defaults(fn=fn)
 
 
@@ -165,20 +166,21 @@ def add_stress(sub: Any, fn: Callable) -> None:
     r.add_argument("--data", required=True, help="JSONL file, or vqarad:/slake:/pathvqa:PATH")
     r.add_argument("--out", required=True, help="report dir (report.md, report.json, stress.png)")
     r.add_argument("--ops", nargs="*", help="operators (default: all); see mmrlvr.stress.ops")
-    r.add_argument("--modality", help="adapter name (default: the run's, else vision)")
-    r.add_argument("--format-prompt", help="clean format instruction (default: the run's)")
-    r.add_argument("--system-prompt", help="system prompt (default: the run's)")
+    config_flag(r, "model.modality", default=None, note="default: the run's, else vision")
+    config_flag(r, "data.format_prompt", default=None,
+                note="the clean one the operators perturb; default: the run's")
+    config_flag(r, "data.system_prompt", default=None, note="default: the run's")
     r.add_argument("--limit", type=int, default=0, help="the first N rows only")
     r.add_argument("--batch-size", type=int, default=32)
-    r.add_argument("--max-new-tokens", type=int, default=64)
+    config_flag(r, "rollout.max_new_tokens", default=64)
     r.add_argument("--seed", type=int, default=0, help="seeds operators and the bootstrap")
     r.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
     r.add_argument("--dynamic", type=int, default=0, metavar="K",
                    help="also ask each question K times in freshly drawn wordings (held-out "
                    "template, paraphrase, options, format): mean and worst case per question")
-    r.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    r.add_argument("--min-pixels", type=int, help="default: the run's, else 56*56")
-    r.add_argument("--max-pixels", type=int, help="default: the run's, else 112*112")
+    config_flag(r, "train.device")
+    config_flag(r, "model.min_pixels", default=None, note="default: the run's, else 56*56")
+    config_flag(r, "model.max_pixels", default=None, note="default: the run's, else 112*112")
     r.set_defaults(fn=fn)
 
 
@@ -236,11 +238,11 @@ def add_demo(sub: Any, fn: Callable) -> None:
     g.add_argument("--run", metavar="RUN_DIR", help="run dir whose metrics.jsonl the monitor plots")
     g.add_argument("--port", type=int, default=7860)
     g.add_argument("--host", default="127.0.0.1", help="0.0.0.0 serves other machines too")
-    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    g.add_argument("--min-pixels", type=int,
-                   help="default: the run config's, else the model processor's")
-    g.add_argument("--max-pixels", type=int,
-                   help="default: the run config's, else the model processor's")
+    config_flag(g, "train.device")
+    config_flag(g, "model.min_pixels", default=None,
+                note="default: the run config's, else the model processor's")
+    config_flag(g, "model.max_pixels", default=None,
+                note="default: the run config's, else the model processor's")
     g.add_argument("--modality", choices=["vision", "audio", "image_translation"],
                    help="adapter to load the model with (default: the run config's, else audio "
                    "for an audio model, else vision)")
@@ -270,8 +272,8 @@ def add_translate(sub: Any, fn: Callable) -> None:
     x.add_argument("--inpaint-steps", type=int, default=20, help="denoising steps of the diffusion stage")
     x.add_argument("--refine-strength", type=float, default=0.3,
                    help="how far refinement re-noises the drawn text, in (0, 1]")
-    x.add_argument("--max-new-tokens", type=int, default=512)
-    x.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    x.add_argument("--min-pixels", type=int, default=56 * 56)
-    x.add_argument("--max-pixels", type=int, default=448 * 448)
+    config_flag(x, "rollout.max_new_tokens", default=512)
+    config_flag(x, "train.device")
+    config_flag(x, "model.min_pixels", default=56 * 56)
+    config_flag(x, "model.max_pixels", default=448 * 448)
     x.set_defaults(fn=fn)

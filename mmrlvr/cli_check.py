@@ -13,6 +13,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from mmrlvr.config.flags import config_flag
+
 EPILOG = """examples:
   mmrlvr check-method ncgrpo --model runs/quickstart-sft/final --data runs/shapes/train.jsonl
   mmrlvr check-method ncgrpo --model M --data D --option alpha=0.3 --json runs/checks/ncgrpo.json
@@ -122,15 +124,15 @@ def add_parser(sub) -> None:
                         "rollout.branching.alpha=0.3")
     c.add_argument("--model", help="starting model dir (checks that sample need it)")
     c.add_argument("--data", help="JSONL file (or layout:file.parquet) of the rows")
-    c.add_argument("--modality", help="adapter name [the --config's model.modality, else vision]")
+    config_flag(c, "model.modality", default=None, note="default: the --config's, else vision")
     c.add_argument("--rows", type=int, default=0, help="read the first N rows (0: the check's default)")
     c.add_argument("--group", type=int, help="completions per question [8]")
-    c.add_argument("--max-new-tokens", type=int, help="tokens per completion [64]")
-    c.add_argument("--temperature", type=float, help="[1.0]")
-    c.add_argument("--system-prompt", help='[""]')
-    c.add_argument("--format-prompt", help='[""]')
+    config_flag(c, "rollout.max_new_tokens", default=None, note="default: the --config's, else 64")
+    config_flag(c, "rollout.temperature", default=None, note="default: the --config's, else 1.0")
+    config_flag(c, "data.system_prompt", default=None, note='default: the --config\'s, else ""')
+    config_flag(c, "data.format_prompt", default=None, note='default: the --config\'s, else ""')
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    config_flag(c, "train.device")
     c.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="the method's own setting, e.g. alpha=0.3 for ncgrpo (repeatable)")
     c.add_argument("--json", metavar="FILE", help="write the verdict, figures and inputs here")

@@ -190,10 +190,13 @@ def _finite(value: Any) -> bool:
 
 
 def _spec_problems(key: str, specs: list[Any]) -> list[str]:
-    """`rewards`, `eval_rewards`, `objectives`: a list of `{name, weight, ...options}`."""
+    """`rewards`, `eval_rewards`, `objectives`: a list of `{name, weight, ...options}`;
+    `algo.shaping`, `data.prompt_transforms`: of `{name, ...options}`."""
     out = []
-    example = "{name: pirl_consistency, weight: 0.1}" if key == "objectives" else \
-        "{name: accuracy, weight: 1.0}"
+    example = {"objectives": "{name: pirl_consistency, weight: 0.1}",
+               "algo.shaping": "{name: gapo}",
+               "data.prompt_transforms": "{name: templates, templates: ['Q: {question}']}",
+               }.get(key, "{name: accuracy, weight: 1.0}")
     for i, spec in enumerate(specs):
         where = f"config key '{key}[{i}]'"
         if not isinstance(spec, dict):
@@ -275,33 +278,38 @@ def find_problems(cfg: Config) -> list[str]:
     for key in ("rewards", "eval_rewards", "objectives"):
         problems += _spec_problems(key, getattr(cfg, key))
     problems += _spec_problems("algo.shaping", cfg.algo.shaping)
+    problems += _spec_problems("data.prompt_transforms", cfg.data.prompt_transforms)
     problems += async_problems(cfg)
     problems += tool_problems(cfg)
     return problems
 
 
+CHOICES: dict[str, tuple[str, ...]] = {
+    "algo.advantage": ("grpo", "drgrpo", "rloo", "reinforce_pp"),
+    "algo.loss_agg": ("token", "seq", "seq-sum-norm"),
+    "algo.kl_estimator": ("k1", "k3"),
+    "algo.ratio": ("token", "sequence"),
+    "algo.rollout_correction": ("none", "tis", "mis"),
+    "rollout.backend": ("auto", "hf", "vllm"),
+    "rollout.decode": DECODES,
+    "optim.schedule": ("cosine", "constant"),
+    "data.on_error": ("raise", "skip"),
+    "train.device": ("auto", "cpu", "cuda"),
+    "model.dtype": ("auto", "float32", "bfloat16"),
+    "model.param_dtype": ("float32", "bfloat16"),
+    "train.strategy": ("auto", "ddp", "fsdp2"),
+    "train.sampler": ("uniform", "difficulty"),
+    "train.async_rollouts": ("none", "one_step_off"),
+    "sft.pwsd.teacher": ("live", "frozen"),
+}
+"""The config keys with a fixed set of values, and the values: what the checks accept and what
+the CLI's flags for the same settings offer (`mmrlvr.config.flags`)."""
+
+
 def _choice_problems(cfg: Config) -> list[str]:
-    choices = {
-        "algo.advantage": (cfg.algo.advantage, ("grpo", "drgrpo", "rloo", "reinforce_pp")),
-        "algo.loss_agg": (cfg.algo.loss_agg, ("token", "seq", "seq-sum-norm")),
-        "algo.kl_estimator": (cfg.algo.kl_estimator, ("k1", "k3")),
-        "algo.ratio": (cfg.algo.ratio, ("token", "sequence")),
-        "algo.rollout_correction": (cfg.algo.rollout_correction, ("none", "tis", "mis")),
-        "rollout.backend": (cfg.rollout.backend, ("auto", "hf", "vllm")),
-        "rollout.decode": (cfg.rollout.decode, DECODES),
-        "optim.schedule": (cfg.optim.schedule, ("cosine", "constant")),
-        "data.on_error": (cfg.data.on_error, ("raise", "skip")),
-        "train.device": (cfg.train.device, ("auto", "cpu", "cuda")),
-        "model.dtype": (cfg.model.dtype, ("auto", "float32", "bfloat16")),
-        "model.param_dtype": (cfg.model.param_dtype, ("float32", "bfloat16")),
-        "train.strategy": (cfg.train.strategy, ("auto", "ddp", "fsdp2")),
-        "train.sampler": (cfg.train.sampler, ("uniform", "difficulty")),
-        "train.async_rollouts": (cfg.train.async_rollouts, ("none", "one_step_off")),
-        "sft.pwsd.teacher": (cfg.sft.pwsd.teacher, ("live", "frozen")),
-    }
     return [f"config key '{key}' is {value!r}; choose one of {list(allowed)}"
             f"{value_hint(key, value)}"
-            for key, (value, allowed) in choices.items() if value not in allowed]
+            for key, allowed in CHOICES.items() if (value := _get(cfg, key)) not in allowed]
 
 
 def _range_problems(cfg: Config) -> list[str]:

@@ -18,26 +18,28 @@ import torch
 def main(argv: list[str] | None = None) -> None:
     import modalities
     from mmrlvr.config import DataConfig, ModelConfig
+    from mmrlvr.config.flags import config_flag
+    from mmrlvr.core.prompting import Prompting
     from mmrlvr.data import load_split
     from mmrlvr.train.policy import Policy
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--data", required=True, help="JSONL rows (the first --prompts are used)")
-    ap.add_argument("--modality", default="vision")
+    config_flag(ap, "model.modality")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--group", type=int, default=8)
-    ap.add_argument("--temperature", type=float, default=1.0)
+    config_flag(ap, "rollout.temperature")
     ap.add_argument("--tokens", type=int, default=32, help="greedy answer length")
     ap.add_argument("--alphas", default="0,0.1,0.3,1,3")
     ap.add_argument("--sigmas", default="", help="image_noise σ values (vision prompts)")
-    ap.add_argument("--format-prompt", default=None)
+    config_flag(ap, "data.format_prompt")
     args = ap.parse_args(argv)
 
     torch.manual_seed(0)
     policy = Policy.load(ModelConfig(path=args.model), modalities.get(args.modality), torch.device("cpu"))
     rows = list(load_split(DataConfig(train=args.data), "train"))[: args.prompts]
-    batch = policy.adapter.encode(rows, policy.processor, format_prompt=args.format_prompt)
+    batch = Prompting(format=args.format_prompt or "").encode(policy, rows)
     arms = [{"kind": "latent_noise", "alpha": float(a)} for a in args.alphas.split(",") if a] + \
            [{"kind": "image_noise", "sigma": float(s)} for s in args.sigmas.split(",") if s]
     for arm in arms:

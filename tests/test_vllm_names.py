@@ -3,7 +3,9 @@ tiny models maps to the checkpoint name transformers writes (and vLLM's own mapp
 names map exactly, wrapper and peft names are stripped, unknown ones fail loudly, a LoRA adapter
 is merged as peft's merge_and_unload merges it, and later syncs send only the trainable weights.
 Qwen3.5-MoE and the Qwen3-Omni thinker, whose checkpoints hold one weight per expert, are synced
-exactly as transformers saves them (names and values). The unit-by-unit gathering:
+exactly as transformers saves them (names and values); Qwen3-VL-MoE, whose checkpoints hold its
+fused experts transposed (transformers' save does not write them so), exactly as a file in the
+released layout that transformers loads back to the same model. The unit-by-unit gathering:
 test_vllm_sync.py; the engine: test_vllm_engine.py."""
 from __future__ import annotations
 
@@ -293,3 +295,49 @@ def test_lora_on_fused_expert_parameters_is_refused_by_name(tiny_dirs):
     with pytest.raises(NotImplementedError,
                        match=r"layers\.0\.mlp\.experts adapts the parameter 'gate_up_proj'"):
         synced(moe, "qwen3_5_moe")
+
+
+# ------------------------------------------------------------------------------- transposed experts
+
+def released_qwen3_vl_moe(tiny: Path, out: Path) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """A Qwen3-VL-MoE whose hidden size is neither 2·I nor I, so a transposed expert tensor never
+    has the shape of an untransposed one (the tiny kind's 128 = 2·64 has), and its checkpoint in
+    `out` in the released layout: transformers' save (the model's [E, 2I, H] / [E, H, I]) with
+    each fused expert tensor's last two dims swapped, [E, H, 2I] / [E, I, H], the layout
+    transformers' `qwen3_vl_moe` conversion transposes from on load."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoConfig, Qwen3VLMoeForConditionalGeneration
+
+    config = AutoConfig.from_pretrained(tiny)
+    config.text_config.moe_intermediate_size = 48
+    assert config.text_config.hidden_size not in (48, 96)
+    torch.manual_seed(0)
+    model = Qwen3VLMoeForConditionalGeneration(config).eval()
+    model.save_pretrained(out)
+    (file,) = out.glob("*.safetensors")
+    fused = (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
+    released = {name: tensor.transpose(1, 2).contiguous() if name.endswith(fused) else tensor
+                for name, tensor in load_file(str(file)).items()}
+    save_file(released, str(file), metadata={"format": "pt"})
+    return model, released
+
+
+def test_qwen3_vl_moe_experts_sync_in_the_released_transposed_layout(tiny_dirs, tmp_path):
+    model, released = released_qwen3_vl_moe(tiny_dirs["qwen3-vl-moe"], tmp_path)
+    text = model.config.text_config
+    experts, hidden, inter = text.num_experts, text.hidden_size, text.moe_intermediate_size
+    layer = "model.language_model.layers.0.mlp.experts"
+    assert released[f"{layer}.gate_up_proj"].shape == (experts, hidden, 2 * inter)
+    assert released[f"{layer}.down_proj"].shape == (experts, inter, hidden)
+    # transformers transposes the released file on load: it loads as the model it was made from
+    loaded = load(tmp_path)
+    want, got = model.state_dict(), loaded.state_dict()
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    # ... and the sync sends exactly that file: every name, every value, fp32 and bf16
+    for source in (model, loaded):
+        for dtype in (torch.float32, torch.bfloat16):
+            sent = synced(source, "qwen3_vl_moe", dtype)
+            assert sent.keys() == released.keys()
+            for name, tensor in released.items():
+                assert sent[name].dtype == dtype and torch.equal(sent[name], tensor.to(dtype)), \
+                    f"{name}: sent {tuple(sent[name].shape)}, the file holds {tuple(tensor.shape)}"

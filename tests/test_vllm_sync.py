@@ -1,7 +1,7 @@
 """The vLLM weight sync gathers a (sharded) model unit by unit, without vLLM or a GPU: counted
 fake shards (one unit's tensors alive at a time, every shard once, in model order, the same on
 every rank) and real FSDP2 over 2 gloo processes (the shards sync exactly like the whole model),
-a MoE model's fused experts cut per expert inside their layer's unit.
+a MoE model's fused experts cut per expert (or sent transposed) inside their layer's unit.
 Weight names and the LoRA merge: test_vllm_names.py; the engine: test_vllm_engine.py."""
 from __future__ import annotations
 
@@ -105,9 +105,16 @@ def test_units_are_gathered_one_at_a_time_in_a_fixed_order(tiny_qwen2vl):
             assert torch.equal(got[name], want[name]) and got[name].dtype == torch.bfloat16
 
 
-def test_fused_experts_are_cut_inside_their_layers_unit(tiny_dirs):
-    model = load(tiny_dirs("qwen3.5-moe"))
-    want = synced(model, "qwen3_5_moe", torch.bfloat16)
+MOE_KINDS = {"qwen3.5-moe": "qwen3_5_moe", "qwen3-vl-moe": "qwen3_vl_moe"}
+
+
+@pytest.mark.parametrize("kind", list(MOE_KINDS))
+def test_fused_experts_are_sent_inside_their_layers_unit(tiny_dirs, kind):
+    """Cut per expert (Qwen3.5-MoE) or transposed whole (Qwen3-VL-MoE): every fused shard is
+    gathered once, and what it becomes goes with the rest of its decoder layer."""
+    model_type = MOE_KINDS[kind]
+    model = load(tiny_dirs(kind))
+    want = synced(model, model_type, torch.bfloat16)
     log = GatherLog()
     units: list[list[str]] = []
     received: dict[str, torch.Tensor] = {}
@@ -118,7 +125,7 @@ def test_fused_experts_are_cut_inside_their_layers_unit(tiny_dirs):
             log.track(tensor)
             received[name] = tensor.clone()
 
-    load_units(sync_units(ShardedModel(model, log), "qwen3_5_moe", torch.bfloat16), load_fn)
+    load_units(sync_units(ShardedModel(model, log), model_type, torch.bfloat16), load_fn)
     assert log.order == [n for n, _ in model.named_parameters()]     # each fused shard once
     assert received.keys() == want.keys()
     assert all(torch.equal(received[k], want[k]) for k in want)
@@ -127,19 +134,22 @@ def test_fused_experts_are_cut_inside_their_layers_unit(tiny_dirs):
     assert len(with_experts) == text.num_hidden_layers
     for unit in with_experts:                                         # one layer, all its experts
         assert len({re.search(r"\.layers\.(\d+)\.", n).group(1) for n in unit}) == 1
-        assert sum(".mlp.experts." in n for n in unit) == 3 * text.num_experts
+        per_layer = 3 * text.num_experts if kind == "qwen3.5-moe" else 2
+        assert sum(".mlp.experts." in n for n in unit) == per_layer
 
 
 FSDP_SCRIPT_MARK = "--fsdp2-worker"
 
 
-FSDP_VARIANTS = ("plain", "lora", "moe")
+FSDP_VARIANTS = {"plain": "qwen2_vl", "lora": "qwen2_vl", "moe": "qwen3_5_moe",
+                 "vl-moe": "qwen3_vl_moe"}
+"""Each variant's model type: a tiny Qwen2-VL (plain, then with LoRA), a tiny Qwen3.5-MoE (its
+fused experts cut per expert) and a tiny Qwen3-VL-MoE (its fused experts sent transposed)."""
 
 
-def fsdp2_worker(path: str, moe_path: str, out: str) -> None:
-    """One rank: sync units of a tiny Qwen2-VL (plain, then with LoRA) and of a tiny Qwen3.5-MoE
-    (its fused experts a unit of their own) before and after fully_shard on the training's
-    units, and write whether they match."""
+def fsdp2_worker(paths: dict[str, str], out: str) -> None:
+    """One rank: sync units of each variant's model (`paths`: model type -> tiny model dir)
+    before and after fully_shard on the training's units, and write whether they match."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -151,9 +161,8 @@ def fsdp2_worker(path: str, moe_path: str, out: str) -> None:
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     result = {}
-    for variant in FSDP_VARIANTS:
-        model_type = "qwen3_5_moe" if variant == "moe" else "qwen2_vl"
-        model = load(moe_path if variant == "moe" else path)
+    for variant, model_type in FSDP_VARIANTS.items():
+        model = load(paths[model_type])
         if variant == "lora":
             model = with_lora(model)
         want = synced(model, model_type, torch.bfloat16)
@@ -175,6 +184,8 @@ def test_fsdp2_shards_sync_exactly_like_the_whole_model_on_two_processes(tiny_qw
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    paths = json.dumps({"qwen2_vl": str(tiny_qwen2vl), "qwen3_5_moe": str(tiny_dirs("qwen3.5-moe")),
+                        "qwen3_vl_moe": str(tiny_dirs("qwen3-vl-moe"))})
     procs = []
     for rank in range(2):
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
@@ -183,9 +194,8 @@ def test_fsdp2_shards_sync_exactly_like_the_whole_model_on_two_processes(tiny_qw
                "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
                                               os.environ.get("PYTHONPATH", "")])}
         procs.append(subprocess.Popen(
-            [sys.executable, __file__, FSDP_SCRIPT_MARK, str(tiny_qwen2vl),
-             str(tiny_dirs("qwen3.5-moe")), str(tmp_path / f"rank{rank}.json")], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            [sys.executable, __file__, FSDP_SCRIPT_MARK, paths, str(tmp_path / f"rank{rank}.json")],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     for proc in procs:
         try:
             output, _ = proc.communicate(timeout=240)
@@ -201,4 +211,4 @@ def test_fsdp2_shards_sync_exactly_like_the_whole_model_on_two_processes(tiny_qw
 
 
 if __name__ == "__main__" and sys.argv[1:2] == [FSDP_SCRIPT_MARK]:
-    fsdp2_worker(sys.argv[2], sys.argv[3], sys.argv[4])
+    fsdp2_worker(json.loads(sys.argv[2]), sys.argv[3])

@@ -43,6 +43,21 @@ PER_EXPERT: tuple[ExpertSplit, ...] = (
 [E, 2I, H] is gate [I, H] then up [I, H] per expert, down_proj [E, H, I] one [H, I] per expert."""
 
 
+TRANSPOSED_EXPERTS: tuple[str, ...] = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+"""Qwen3-VL-MoE's: its released checkpoints hold the experts fused, but as the transformers-4
+modeling it was released with held them, gate_up_proj [E, H, 2I] (gate columns :I, up I:) and
+down_proj [E, I, H]: the transpose of transformers 5's [E, 2I, H] / [E, H, I]. The evidence is
+transformers 5's own load: `conversion_mapping.py`, entry "qwen3_vl_moe", converts
+`mlp.experts.gate_up_proj` and `mlp.experts.down_proj` with `Transpose(1, 2, check_dims=True)`
+(`core_model_loading.Transpose`: swap dims 1 and 2 unless the tensor already has the model's
+shape), so the release is what it transposes from. Its save does not transpose back (the reverse
+op checks against the model's own shape too, so it writes [E, 2I, H]), which is why the sync
+cannot be checked against `save_pretrained` here. (check_dims cannot tell the layouts apart
+where H = 2I, e.g. the default tiny model; the released 30B-A3B has H 2048, I 768.) vLLM's
+Qwen3-VL-MoE decoder layer loads fused experts with `is_fused_checkpoint_transposed=True`: it
+takes the checkpoint's layout."""
+
+
 @dataclass(frozen=True)
 class VllmNames:
     """How one family's transformers-5 parameter names become its checkpoint names (vLLM's)."""
@@ -56,6 +71,9 @@ class VllmNames:
     experts: tuple[ExpertSplit, ...] = ()
     """Fused expert parameters sent one weight per expert, as the checkpoint holds them (none:
     every parameter is sent whole, under its checkpoint name)."""
+    transposed: tuple[str, ...] = ()
+    """Ends of the fused expert parameters that the checkpoint holds fused but with dims 1 and 2
+    swapped ([E, in, out] for transformers 5's [E, out, in]): sent whole, transposed so (a view)."""
 
 
 def text_config(config: Any) -> Any:

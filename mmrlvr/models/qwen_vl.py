@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from mmrlvr.models.base import PER_EXPERT, Family, VllmNames, text_dims as _text
+from mmrlvr.models.base import (PER_EXPERT, TRANSPOSED_EXPERTS, Family, VllmNames,
+                                text_dims as _text)
 
 
 class QwenVL(Family):
@@ -297,6 +298,9 @@ class Qwen3VLMoe(Qwen3VL):
     processors = ()
     tiny = "qwen3-vl-moe"
     moe = True
+    vllm = replace(_QWEN3_VL_NAMES, transposed=TRANSPOSED_EXPERTS)
+    """Qwen3-VL's names; the fused experts sent whole but transposed, [E, H, 2I] / [E, I, H], as
+    the released checkpoints hold them and vLLM's loader (is_fused_checkpoint_transposed) takes."""
     unit_classes = ("DecoderLayer", "VisionBlock", "TextExperts")
     published = {
         "Qwen/Qwen3-VL-30B-A3B-Instruct": _vl(

@@ -44,14 +44,16 @@ generate call after it.
 
 What is tested, and where: on CPU without vLLM (tests/test_vllm_sync.py, tests/test_vllm_noise.py)
 — the name mapping of every parameter of tiny Qwen2-VL, Qwen2.5-VL, Qwen2-Audio, Qwen3-VL (+MoE),
-Qwen3.5, Gemma 3 and InternVL against the checkpoints transformers writes (tests/test_vllm_names.py;
-Qwen3.5-MoE and Qwen3-Omni are refused: per-expert checkpoint weights), the LoRA merge against
-peft's `merge_and_unload`, the
-unit-by-unit gathering (counted fake shards, and real FSDP2 DTensors on 2 gloo processes), seeds,
-LLM arguments, request building, row order, and this class end to end against a stand-in `LLM`
-(sync once per change, sleep/wake order, greedy eval and clean pass@k through `evaluate`). Never
-run on a GPU with a real vLLM: engine start-up under external_launcher, sleep mode, `apply_model`
-+ `load_weights` with these names, and the noise hooks were checked against vLLM's source only.
+Qwen3.5, Gemma 3, InternVL, SmolVLM, LLaVA-OneVision, Mistral 3 and GLM-4.1V against the
+checkpoints transformers writes (tests/test_vllm_names.py), the fused experts of Qwen3.5-MoE and
+the Qwen3-Omni thinker cut one weight per expert as transformers saves them and Qwen3-VL-MoE's
+sent transposed as its released checkpoints hold them (name for name and value for value), the
+LoRA merge against peft's `merge_and_unload`, the unit-by-unit gathering (counted fake shards,
+and real FSDP2 DTensors on 2 gloo processes), seeds, LLM arguments, request building, row order,
+and this class end to end against a stand-in `LLM` (sync once per change, sleep/wake order,
+greedy eval and clean pass@k through `evaluate`). Never run on a GPU with a real vLLM: engine
+start-up under external_launcher, sleep mode, `apply_model` + `load_weights` with these names
+and layouts, and the noise hooks were checked against vLLM's source only.
 
 This module imports vllm only inside `build_llm` / `vllm_sampling_params`.
 """

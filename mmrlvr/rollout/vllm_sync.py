@@ -17,6 +17,7 @@ architecture (vLLM 0.33's mappers, read for this, in brackets):
   Qwen3.5, GLM-4.1V      model.language_model. / model.visual. / lm_head.        visual., model.
                                                  language_model. -> language_model.model., lm_head.
                                                  -> language_model.lm_head.]
+                         and Qwen3-VL-MoE's fused experts transposed (below)
   Gemma 3, InternVL,     as Qwen2-Audio, with vision_tower. for audio_tower.   [their mappers take
   Mistral 3                                      the transformers-4 tree as it is]
   LLaVA-OneVision        as Gemma 3, and model.image_newline -> image_newline   [vLLM's modules]
@@ -35,8 +36,17 @@ Split experts (`VllmNames.experts`): the transformers-5 MoE layer holds its expe
 checkpoints hold one weight per expert: `experts.{e}.gate_proj.weight` [I, H] (rows :I of
 gate_up_proj[e]), `experts.{e}.up_proj.weight` (rows I:) and `experts.{e}.down_proj.weight`
 [H, I] — what transformers' own save writes (its qwen2_moe conversion run backwards), checked
-value for value. The sync cuts them so, inside the decoder layer's unit. (Qwen3-VL-MoE's
-checkpoints hold fused experts themselves: sent whole.)
+value for value. The sync cuts them so, inside the decoder layer's unit.
+
+Transposed experts (`VllmNames.transposed`): Qwen3-VL-MoE's released checkpoints hold the experts
+fused, under the same names, but transposed: `experts.gate_up_proj` [E, H, 2I] and
+`experts.down_proj` [E, I, H], as its transformers-4 modeling held them. transformers 5 says so
+itself: its `conversion_mapping.py` entry "qwen3_vl_moe" loads both with
+`Transpose(1, 2, check_dims=True)`, and vLLM's Qwen3-VL-MoE layers load fused experts with
+`is_fused_checkpoint_transposed=True`. Its save does not transpose back (check_dims compares
+with the model's own shape), so here the reference is a file in the released layout that
+transformers loads back to the same model (tests/test_vllm_names.py, hidden size != 2I). The sync
+sends each whole, as a transposed view, inside the decoder layer's unit.
 
 The Qwen3-Omni names are those of the full (thinker + talker) checkpoint, the one vLLM serves:
 `thinker.` before what the thinker's own save writes, as transformers saves
@@ -118,12 +128,26 @@ def checkpoint_name(name: str, model_type: str) -> str:
 def checkpoint_tensors(name: str, tensor: torch.Tensor, model_type: str
                        ) -> list[tuple[str, torch.Tensor]]:
     """[(checkpoint name, tensor)] for the whole tensor of the transformers parameter `name`:
-    itself under its checkpoint name, or a fused expert parameter cut one weight per expert."""
+    itself under its checkpoint name, a fused expert parameter cut one weight per expert, or one
+    the checkpoint holds transposed, transposed."""
     ckpt = checkpoint_name(name, model_type)
-    for split in architecture(model_type).experts:
+    arch = architecture(model_type)
+    for split in arch.experts:
         if ckpt.endswith("." + split.fused):
             return split_experts(ckpt, tensor, split.parts)
+    if any(ckpt.endswith("." + fused) for fused in arch.transposed):
+        return [(ckpt, transpose_experts(ckpt, tensor))]
     return [(ckpt, tensor)]
+
+
+def transpose_experts(name: str, fused: torch.Tensor) -> torch.Tensor:
+    """`fused` [E, out, in] as the checkpoint's [E, in, out] (a view, no copy: vLLM's loader
+    transposes it back into its own parameter)."""
+    if fused.dim() != 3:
+        raise ValueError(f"rollout.backend 'vllm': fused expert parameter {name} has shape "
+                         f"{tuple(fused.shape)}, not [experts, out, in]; the transformers expert "
+                         "layout changed: update VllmNames.transposed")
+    return fused.transpose(1, 2)
 
 
 def split_experts(name: str, fused: torch.Tensor, parts: tuple[str, ...]

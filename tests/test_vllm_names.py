@@ -5,8 +5,9 @@ is merged as peft's merge_and_unload merges it, and later syncs send only the tr
 Qwen3.5-MoE and the Qwen3-Omni thinker, whose checkpoints hold one weight per expert, are synced
 exactly as transformers saves them (names and values); Qwen3-VL-MoE, whose checkpoints hold its
 fused experts transposed (transformers' save does not write them so), exactly as a file in the
-released layout that transformers loads back to the same model. The unit-by-unit gathering:
-test_vllm_sync.py; the engine: test_vllm_engine.py."""
+released layout that transformers loads back to the same model. The Qwen2.5-Omni thinker and
+Llama: test_vllm_names_text_omni.py. The unit-by-unit gathering: test_vllm_sync.py; the engine:
+test_vllm_engine.py."""
 from __future__ import annotations
 
 import copy
@@ -58,11 +59,18 @@ VLLM_OMNI_PREFIXES = {"thinker.lm_head.": "language_model.lm_head.",
                       "thinker.model.": "language_model.model.", "thinker.": ""}
 VLLM_MODULE_ROOTS["qwen3_5_moe"] = VLLM_MODULE_ROOTS["qwen2_vl"]
 VLLM_MODULE_ROOTS["qwen3_omni_moe_thinker"] = _TEXT_ROOTS + ("audio_tower.", "visual.")
+# vLLM's Qwen2_5OmniThinkerForConditionalGeneration: the Qwen3-Omni thinker's mapper and tree
+VLLM_MODULE_ROOTS["qwen2_5_omni_thinker"] = VLLM_MODULE_ROOTS["qwen3_omni_moe_thinker"]
+# vLLM's LlamaForCausalLM: no mapper, transformers' own tree (model. / lm_head.)
+VLLM_MODULE_ROOTS["llama"] = ("model.", "lm_head.")
+# the Omni thinkers' full checkpoints (thinker + talker), by the transformers class prefix
+OMNI_WRAPPERS = {"qwen3_omni_moe_thinker": "Qwen3OmniMoe", "qwen2_5_omni_thinker": "Qwen2_5Omni"}
 
 
 def vllm_internal_name(name: str, model_type: str) -> str:
     prefixes = {"qwen2_vl": VLLM_VL_PREFIXES, "qwen2_5_vl": VLLM_VL_PREFIXES,
-                "qwen3_omni_moe_thinker": VLLM_OMNI_PREFIXES}.get(
+                "qwen3_omni_moe_thinker": VLLM_OMNI_PREFIXES,
+                "qwen2_5_omni_thinker": VLLM_OMNI_PREFIXES}.get(
         model_type, VLLM_QWEN3_PREFIXES if model_type.startswith(("qwen3", "glm4v")) else {})
     for prefix, new in prefixes.items():
         if name.startswith(prefix):
@@ -146,10 +154,16 @@ def test_unknown_names_and_families_fail_loudly():
         checkpoint_name("model.visual.blocks.0.norm1.weight", "qwen2_audio")
     with pytest.raises(ValueError, match="no weight-name mapping for model type 'llava'"):
         checkpoint_name("model.layers.0.weight", "llava")
-    # a family without names yet (the Qwen2.5-Omni thinker): refused by name
-    with pytest.raises(ValueError, match="no weight-name mapping for model type "
-                                         "'qwen2_5_omni_thinker'"):
-        checkpoint_name("model.language_model.layers.0.mlp.up_proj.weight", "qwen2_5_omni_thinker")
+
+
+def test_a_family_without_names_is_refused_by_name(monkeypatch):
+    # every family has names now; one without (`vllm = None`, a new family's default) is
+    # refused naming its model type, and the mapped ones are listed
+    family = type(models.of_type("llama"))
+    monkeypatch.setattr(family, "vllm", None)
+    with pytest.raises(ValueError, match=r"no weight-name mapping for model type 'llama' "
+                                         r"\(have \[.*'qwen2_5_omni_thinker'"):
+        checkpoint_name("model.layers.0.mlp.up_proj.weight", "llama")
 
 
 def test_wrappers_and_peft_names_are_stripped():
@@ -212,15 +226,16 @@ def test_later_syncs_send_only_what_training_changes(tiny_dirs):
 
 def saved_checkpoint(model, model_type: str, out: Path) -> dict[str, torch.Tensor]:
     """What transformers writes for `model`'s checkpoint, {name: tensor}: its own save, and for
-    the Omni thinker the save of the full Qwen3-Omni model (thinker + talker, as released, vLLM's
+    an Omni thinker the save of the full Omni model (thinker + talker, as released, vLLM's
     input) holding this thinker, talker off."""
+    import transformers
     from safetensors.torch import load_file
 
-    if model_type == "qwen3_omni_moe_thinker":
-        from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration
-
-        full = Qwen3OmniMoeForConditionalGeneration(Qwen3OmniMoeConfig(
-            thinker_config=model.config.to_dict(), enable_audio_output=False))
+    if model_type in OMNI_WRAPPERS:
+        wrapper = OMNI_WRAPPERS[model_type]
+        full = getattr(transformers, f"{wrapper}ForConditionalGeneration")(
+            getattr(transformers, f"{wrapper}Config")(thinker_config=model.config.to_dict(),
+                                                      enable_audio_output=False))
         full.thinker.load_state_dict(model.state_dict())
         model = full
     model.save_pretrained(out)

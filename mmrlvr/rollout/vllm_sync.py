@@ -30,6 +30,11 @@ architecture (vLLM 0.33's mappers, read for this, in brackets):
                          model.visual.X -> thinker.visual.X          thinker.lm_head. ->
                          lm_head.X -> thinker.lm_head.X, experts     language_model.lm_head.,
                          split (below)                               thinker. -> '']
+  Qwen2.5-Omni thinker   as the Qwen3-Omni thinker, no experts      [the same mapper; talker.,
+                                                                 token2wav. skipped]
+  Llama (SmolLM2)        names unchanged: model. / lm_head.         [no mapper: vLLM's module
+                         (tied embeddings: one parameter, sent   tree is the same; lm_head.
+                         as model.embed_tokens.weight, as saved)  skipped when tied]
 
 Split experts (`VllmNames.experts`): the transformers-5 MoE layer holds its experts fused,
 `experts.gate_up_proj` [E, 2I, H] and `experts.down_proj` [E, H, I], where these two families'
@@ -48,12 +53,18 @@ with the model's own shape), so here the reference is a file in the released lay
 transformers loads back to the same model (tests/test_vllm_names.py, hidden size != 2I). The sync
 sends each whole, as a transposed view, inside the decoder layer's unit.
 
-The Qwen3-Omni names are those of the full (thinker + talker) checkpoint, the one vLLM serves:
-`thinker.` before what the thinker's own save writes, as transformers saves
-`Qwen3OmniMoeForConditionalGeneration` (tested) and as other tools read the release's per-expert
-keys (`thinker.model.layers.N.mlp.experts.E.gate_proj.weight`); the release's index itself was
+The Qwen3-Omni and Qwen2.5-Omni names are those of the full (thinker + talker) checkpoint, the
+one vLLM serves: `thinker.` before what the thinker's own save writes, as transformers saves
+`Qwen3OmniMoeForConditionalGeneration` / `Qwen2_5OmniForConditionalGeneration` (tested) and as
+other tools read the release's per-expert keys
+(`thinker.model.layers.N.mlp.experts.E.gate_proj.weight`); the releases' indexes themselves were
 not read. Every vLLM thinker mapper read takes them; newer ones also take the thinker-alone
-names. The Qwen2.5-Omni thinker has no names yet: the vLLM backend refuses it by name.
+names.
+
+Tied embeddings (SmolLM2, tiny models of several families): the model's `named_parameters()`
+holds the shared tensor once, under the embedding's name, so the sync sends
+`model.embed_tokens.weight` (or the family's equivalent) and no `lm_head.weight`, exactly what
+transformers' save writes (tested); vLLM ties its head to the embedding. Untied, both are sent.
 
 Names already in checkpoint form (older transformers) pass unchanged. peft's `base_model.model.`
 prefix and `.base_layer` infix, `modules_to_save`, activation-checkpoint and torch.compile

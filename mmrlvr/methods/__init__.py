@@ -10,6 +10,7 @@ reads by name from the config:
 | advantage shaping / token credit | `mmrlvr.algo.shaping.SHAPERS` | `algo.shaping[].name` |
 | auxiliary objective | `mmrlvr.objectives.OBJECTIVES` | `objectives[].name` |
 | prompt sampler | `mmrlvr.train.sampler.SAMPLERS` | `train.sampler` |
+| prompt transform | `mmrlvr.core.prompting.PROMPT_TRANSFORMS` | `data.prompt_transforms[].name` |
 
 Importing this package imports every method's `__init__`, which registers its plug-ins (as lazy
 `"module:attribute"` strings: nothing heavy loads until a run names it). The core's registries

@@ -113,7 +113,10 @@ def add_parser(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Measure what a method changes (NC-GRPO: noisy-vs-clean KL and "
                        "changed answers; StructReward: reference-step self-agreement; OM-GRPO: "
-                       "majority-vote accuracy) and say active or inactive, and why.")
+                       "majority-vote accuracy; PIRL: answers changed by a template swap; GMTS: "
+                       "kept-token fraction and lift; Cliff: located cliffs and where; "
+                       "AudioRubrics: criteria that split a group) and say active or inactive, "
+                       "and why.")
     c.add_argument("name", help="method name (an unknown one lists the known checks)")
     c.add_argument("--config", metavar="CONFIG.yaml",
                    help="take the model (path, modality, pixels), data.train, prompts, rollout "

@@ -9,6 +9,7 @@ only. Both encoders make ((frames − 1) // 2 + 1 − 2) // 2 + 1 outputs from a
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 import torch
@@ -179,13 +180,7 @@ class Qwen3Omni(Qwen25Omni):
     tiny = "qwen3-omni"
     moe = True
     unit_classes = ("DecoderLayer", "EncoderLayer", "VisionBlock", "TextExperts")
-    vllm = VllmNames(
-        renames=(("model.language_model.", "thinker.model."),
-                 ("model.audio_tower.", "thinker.audio_tower."),
-                 ("model.visual.", "thinker.visual."),
-                 ("lm_head.", "thinker.lm_head.")),
-        roots=("thinker.model.", "thinker.audio_tower.", "thinker.visual.", "thinker.lm_head."),
-        media="audio", experts=PER_EXPERT)
+    vllm = dataclasses.replace(Qwen25Omni.vllm, experts=PER_EXPERT)
     """The released (thinker + talker) checkpoint's names: `thinker.` before what the thinker's
     own save writes (model.layers., audio_tower., visual., lm_head.), experts one per expert.
     vLLM serves the full checkpoint with its thinker class, whose mapper takes `thinker.`."""

@@ -21,9 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from mmrlvr.core.method_check import CheckContext, CheckResult
+from mmrlvr.rollout.groups import sample_groups
 
 FOUND_FLOOR = 0.2
 """Share of wrong completions with a located cliff under which Cliff is inactive (our choice):
@@ -120,22 +119,14 @@ def verdict(figures: dict[str, float]) -> tuple[str, str]:
 
 def check(ctx: CheckContext) -> CheckResult:
     """Sample the starting model's groups on the first rows and measure where their cliffs fall."""
-    from mmrlvr.rollout import SamplingParams, make_engine
-
     opts = ctx.options
-    policy = ctx.policy("cliff")
     rows = ctx.rows(ROWS)
-    engine = make_engine("hf", policy, None)
-    params = SamplingParams(n=opts.group, max_new_tokens=opts.max_new_tokens,
-                            temperature=opts.temperature)
-    torch.manual_seed(opts.seed)
     texts: list[str] = []
     ids: list[list[int]] = []
-    for start in range(0, len(rows), BATCH):
-        out = engine.generate(opts.prompting.encode(policy, rows[start:start + BATCH]), params)
+    for out in sample_groups(ctx.policy("cliff"), opts, rows, BATCH):
         texts += out.texts
         ids += [row[mask.bool()].tolist() for row, mask in zip(out.completion_ids, out.completion_mask)]
-    figures = measure(rows, texts, opts.group, policy.tokenizer, ids, opts.method)
+    figures = measure(rows, texts, opts.group, ctx.policy("cliff").tokenizer, ids, opts.method)
     state, why = verdict(figures)
     return CheckResult("cliff", state, why, figures,
                        {"wrong_found_frac": FOUND_FLOOR, "first_step_frac": FIRST_STEP_CEILING})

@@ -12,9 +12,8 @@ mean `agree_frac` (how much of a group stands behind its vote).
 """
 from __future__ import annotations
 
-import torch
-
 from mmrlvr.core.method_check import CheckContext, CheckResult
+from mmrlvr.rollout.groups import sample_groups
 
 PREMISE = 0.5
 """Majority-vote accuracy the consensus reward needs to beat (the gold-free premise)."""
@@ -58,19 +57,10 @@ def vote(examples: list, texts: list[str], group: int) -> dict[str, float]:
 
 
 def check(ctx: CheckContext) -> CheckResult:
-    from mmrlvr.rollout import SamplingParams, make_engine
-
     opts = ctx.options
-    policy = ctx.policy("om_grpo")
     rows = ctx.rows(ROWS)
-    engine = make_engine("hf", policy, None)
-    params = SamplingParams(n=opts.group, max_new_tokens=opts.max_new_tokens,
-                            temperature=opts.temperature)
-    torch.manual_seed(opts.seed)
-    texts: list[str] = []
-    for start in range(0, len(rows), BATCH):
-        batch = opts.prompting.encode(policy, rows[start:start + BATCH])
-        texts += engine.generate(batch, params).texts
+    texts = [text for out in sample_groups(ctx.policy("om_grpo"), opts, rows, BATCH)
+             for text in out.texts]
     figures = vote(rows, texts, opts.group)
     state, why = verdict(figures)
     return CheckResult("om_grpo", state, why, figures, {"majority_vote_acc": PREMISE})

@@ -17,7 +17,7 @@ from torch.testing import assert_close
 from mmrlvr import models
 from mmrlvr.rollout.vllm import llm_kwargs
 from mmrlvr.rollout.vllm_sync import checkpoint_name, plain_name
-from tests.test_vllm_names import (VLLM_MODULE_ROOTS, checkpoint_keys, saved_checkpoint,
+from tests.test_vllm_names import (assert_sent_as_saved, checkpoint_keys, saved_checkpoint,
                                    vllm_internal_name)
 from tests.vllm_helpers import load, synced, with_lora
 
@@ -42,19 +42,6 @@ def dirs(tiny_dirs, tmp_path_factory) -> dict[str, Path]:
     untied = tmp_path_factory.mktemp("llama-untied")
     LlamaForCausalLM(config).save_pretrained(untied)
     return {"omni": Path(tiny_dirs("qwen2.5-omni")), "tied": tied, "untied": untied}
-
-
-def assert_sent_as_saved(model: torch.nn.Module, model_type: str, want: dict[str, torch.Tensor]
-                         ) -> None:
-    """The sync sends exactly `want`: the same names, each tensor bitwise equal in fp32 and bf16,
-    and vLLM's own mapper puts every name under one of its model's modules."""
-    for dtype in (torch.float32, torch.bfloat16):
-        got = synced(model, model_type, dtype)
-        assert got.keys() == want.keys()                          # nothing left out, nothing extra
-        for name, tensor in want.items():
-            assert got[name].dtype == dtype and torch.equal(got[name], tensor.to(dtype)), name
-    roots = VLLM_MODULE_ROOTS[model_type]
-    assert all(vllm_internal_name(n, model_type).startswith(roots) for n in want)
 
 
 # ------------------------------------------------------------------------------- Qwen2.5-Omni

@@ -169,10 +169,16 @@ def test_vision_robustness_and_monitor_as_a_person_uses_them(browser, vision_run
         page.locator("#vision-max-new input[type=number]").fill("2048")
         page.locator("#vision-max-new input[type=number]").press("Tab")
         # 2,048 tokens at 50 ms each outlast the reload by far: on an idle machine the tiny model
-        # wrote them all before the server saw the client leave (CI, stop 41)
+        # wrote them all before the server saw the client leave (CI, stop 41). Its end-of-text
+        # tokens are suppressed here, so that only the stop criterion can end it early
+        for policy in {id(p): p for p in (ctx.policy, ctx.base) if p is not None}.values():
+            monkeypatch.setattr(policy, "placeholder_ids",
+                                list(policy.placeholder_ids) + list(policy.eos_ids))
         slow.append(True)
         page.locator("#vision-submit").click()
-        page.locator("#vision-status").get_by_text("tokens").wait_for(timeout=30_000)
+        # "Generating with": the last answer's status ("✓ done: trained 12 tokens, …") also says
+        # tokens, and waiting on that word once reloaded before this ask reached the server
+        page.locator("#vision-status").get_by_text("Generating with").wait_for(timeout=30_000)
         stopped.clear()
         page.reload()
         # stopped by the client leaving, not by reaching its end: the stop criterion fired. The
@@ -183,6 +189,8 @@ def test_vision_robustness_and_monitor_as_a_person_uses_them(browser, vision_run
             time.sleep(0.1)
         assert not generating() and not ctx.lock.locked() and stopped
         slow.clear()
+        monkeypatch.undo()         # the EOS suppression (and the spy) end here
+        monkeypatch.setattr(generate._Stop, "__call__", spy)
 
         # robustness: an example through the operators; the whole table in view, columns shown
         page.get_by_role("tab", name="Robustness").click()

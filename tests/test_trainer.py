@@ -22,8 +22,11 @@ VOLATILE = ("time/", "perf/")
 
 SLOW_REWARD = '''
 import time
+from pathlib import Path
+SLOW = Path(__file__).with_name("slow.flag")
 def slow_len(example, completion):
-    time.sleep(0.15)   # keeps each step long enough for the test to kill the run mid-way
+    if SLOW.exists():      # keeps each step long enough for the test to kill the run mid-way
+        time.sleep(0.15)
     return min(len(completion), 40) / 40.0
 '''
 
@@ -133,6 +136,7 @@ def test_kill_9_then_resume_continues_identically(tmp_path, tiny_vl, shapes_dir)
 
     cfg = write_config(tmp_path, tiny_vl, shapes_dir, "killed", **common)
     run = tmp_path / "killed"
+    (tmp_path / "slow.flag").touch()          # only the run to be killed is slowed down
     proc = subprocess.Popen(_cli("train", str(cfg)), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
@@ -143,6 +147,7 @@ def test_kill_9_then_resume_continues_identically(tmp_path, tiny_vl, shapes_dir)
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    (tmp_path / "slow.flag").unlink()
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     assert latest_checkpoint(run).name in ("step-2", "step-4")
     # a save cut short by the kill must never be picked up

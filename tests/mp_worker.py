@@ -1,7 +1,8 @@
 """A worker for tests/test_multiprocess.py: one GRPO update on a fixed global batch.
 
-Run as `python tests/mp_worker.py CONFIG OUT` (one process) or under `torchrun --nproc_per_node
-2` with the same arguments. Every rank draws the same rollouts for the whole global batch (same
+Run as `python tests/mp_worker.py CONFIG OUT [CONFIG OUT ...]` (one process) or under `torchrun
+--nproc_per_node 2` with the same arguments; several pairs run one after the other in the same
+processes (one launch, one import of torch and transformers, for a test's several cases). Every rank draws the same rollouts for the whole global batch (same
 seed, same weights), scores them, then trains only its share of the prompts through the
 trainer's own `policy_update`. Rank 0 writes the full gradient and weights after the update to
 OUT (torch.save), with the fraction of trainable weights the update changed, so the test can
@@ -63,7 +64,11 @@ def main(config: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    pairs = sys.argv[1:]
+    if not pairs or len(pairs) % 2:
+        sys.exit("usage: mp_worker.py CONFIG OUT [CONFIG OUT ...]")
+    for config, out in zip(pairs[::2], pairs[1::2]):
+        main(config, out)
     import torch.distributed as dist
 
     if dist.is_initialized():

@@ -132,47 +132,64 @@ def test_accelerate_launch_starts_two_processes(tmp_path, tiny_vl, shapes_dir):
     assert summary["world_size"] == 2, summary
 
 
-@pytest.mark.parametrize("strategy, packing", [("ddp", False), ("fsdp2", False), ("ddp", True),
-                                               ("fsdp2", True)])
-def test_two_processes_make_the_update_one_process_makes(tmp_path, tiny_vl, shapes_dir, strategy,
-                                                        packing):
-    """With `packing`, the two processes pack their groups (`train.packing`; under FSDP2 with
-    gradient checkpointing too, as a 7B run would) and the one process runs padded
-    micro-batches: the same update either way."""
-    cfg = write_config(tmp_path, tiny_vl, shapes_dir, "upd", train={"strategy": strategy},
-                       optim={"max_grad_norm": 0.0})
-    two_cfg = write_config(tmp_path, tiny_vl, shapes_dir, "upd2",
-                           train={"strategy": strategy, "packing": packing},
-                           model={"gradient_checkpointing": packing and strategy == "fsdp2"},
-                           optim={"max_grad_norm": 0.0})
+def worker_updates(tmp_path: Path, cases: dict[str, tuple[Path, Path]], limit: float
+                   ) -> dict[str, tuple[dict, dict]]:
+    """tests/mp_worker.py on every case ({name: (1-process config, 2-process config)}): all the
+    cases in one process, then all in one `torchrun` launch (one import of torch and
+    transformers per process for the lot); a launch that has no result after `limit` s per
+    case (deadlocked ranks) fails. {name: (the 1-process record, the 2-process record)}."""
     e = env(MMRLVR_TRACE=str(tmp_path / "trace"), PYTHONPATH=str(HERE.parent))
-    run_ok([sys.executable, str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "one.pt")], env=e)
-    run_ok(torchrun(str(HERE / "mp_worker.py"), str(two_cfg), str(tmp_path / "two.pt")), env=e)
-    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
-    assert (one["world"], two["world"], two["strategy"]) == (1, 2, strategy)
-    assert torch.equal(one["rewards"], two["rewards"])      # the same rollouts were scored
-    if packing:                                  # rank 0's packs ran less padding
-        assert two["padded_frac"] < one["padded_frac"], (two["padded_frac"], one["padded_frac"])
-    assert_same_update(one, two)
+    one = [a for name, (cfg, _) in cases.items() for a in (str(cfg), str(tmp_path / f"{name}-one.pt"))]
+    two = [a for name, (_, cfg) in cases.items() for a in (str(cfg), str(tmp_path / f"{name}-two.pt"))]
+    run_within([sys.executable, str(HERE / "mp_worker.py"), *one], limit * len(cases), env=e)
+    run_within(torchrun(str(HERE / "mp_worker.py"), *two), limit * len(cases), env=e)
+    return {name: (torch.load(tmp_path / f"{name}-one.pt"), torch.load(tmp_path / f"{name}-two.pt"))
+            for name in cases}
 
 
-def assert_same_update(one: dict, two: dict) -> None:
+def test_two_processes_make_the_update_one_process_makes(tmp_path, tiny_vl, shapes_dir):
+    """DDP and FSDP2, each without and with `packing`: with it, the two processes pack their
+    groups (`train.packing`; under FSDP2 with gradient checkpointing too, as a 7B run would)
+    and the one process runs padded micro-batches: the same update either way."""
+    cases = {}
+    for strategy in ("ddp", "fsdp2"):
+        for packing in (False, True):
+            name = f"{strategy}-packing{int(packing)}"
+            cases[name] = (
+                write_config(tmp_path, tiny_vl, shapes_dir, f"{name}-1", train={"strategy": strategy},
+                             optim={"max_grad_norm": 0.0}),
+                write_config(tmp_path, tiny_vl, shapes_dir, f"{name}-2",
+                             train={"strategy": strategy, "packing": packing},
+                             model={"gradient_checkpointing": packing and strategy == "fsdp2"},
+                             optim={"max_grad_norm": 0.0}))
+    for name, (one, two) in worker_updates(tmp_path, cases, 180).items():
+        strategy = name.split("-")[0]
+        assert (one["world"], two["world"], two["strategy"]) == (1, 2, strategy), name
+        assert torch.equal(one["rewards"], two["rewards"]), name    # the same rollouts scored
+        if name.endswith("packing1"):                # rank 0's packs ran less padding
+            assert two["padded_frac"] < one["padded_frac"], (name, two["padded_frac"],
+                                                             one["padded_frac"])
+        assert_same_update(one, two, name)
+
+
+def assert_same_update(one: dict, two: dict, case: str = "") -> None:
     """The 2-process update (mp_worker's record) is the 1-process update of the whole batch."""
-    assert two["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-7)
-    assert one["grads"].keys() == two["grads"].keys() and len(one["grads"]) > 20
+    assert two["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-7), case
+    assert one["grads"].keys() == two["grads"].keys() and len(one["grads"]) > 20, case
     for name, g in one["grads"].items():
         # summed over ranks with the global token count: the whole batch's gradient; fp32 sums
         # in another order differ by ~1e-7 of their largest term (Gemma's projector: 1e3)
         atol = max(1e-6, 1e-6 * float(g.abs().max()))
-        torch.testing.assert_close(two["grads"][name], g, rtol=1e-4, atol=atol, msg=name)
+        torch.testing.assert_close(two["grads"][name], g, rtol=1e-4, atol=atol,
+                                   msg=f"{case}: {name}")
     for name, w in one["after"].items():
         if name not in one["grads"]:       # a part no row reaches (an Omni thinker's vision)
-            assert torch.equal(two["after"][name], w), name
+            assert torch.equal(two["after"][name], w), f"{case}: {name}"
             continue
         # Adam's first step is about lr·sign(g): compare where the gradient is not ~0
         clear = one["grads"][name].abs() > 1e-5
         torch.testing.assert_close(two["after"][name][clear], w[clear], rtol=1e-5, atol=1e-6,
-                                   msg=name)
+                                   msg=f"{case}: {name}")
 
 
 def run_within(cmd: list[str], timeout: float, **kw) -> None:
@@ -188,12 +205,11 @@ def run_within(cmd: list[str], timeout: float, **kw) -> None:
     assert proc.returncode == 0, err[-4000:]
 
 
-def text_rank_update(tmp_path: Path, model: Path, shapes_dir: Path, strategy: str,
-                     beta: float = 0.0, limit: float = 180, data: Path | None = None,
-                     batch: int = 2, modality: str = "vision") -> None:
-    """Rank 0 trains an image prompt's group, rank 1 a text-only one (mp_worker: rank r gets
-    rows r, r + 2, ...; `data` replaces the two rows): the 2-process run ends (a deadlock fails
-    it after `limit` s) and makes the update one process makes on all the prompts."""
+def text_rank_case(tmp_path: Path, name: str, model: Path, shapes_dir: Path, strategy: str,
+                   beta: float = 0.0, data: Path | None = None, batch: int = 2,
+                   modality: str = "vision") -> tuple[Path, Path]:
+    """The configs of one case where rank 0 trains an image prompt's group and rank 1 a
+    text-only one (mp_worker: rank r gets rows r, r + 2, ...; `data` replaces the two rows)."""
     from tests.test_text_only import write_rows
 
     data = data or write_rows(tmp_path, shapes_dir, ["image", "text"])
@@ -202,46 +218,49 @@ def text_rank_update(tmp_path: Path, model: Path, shapes_dir: Path, strategy: st
                     train={"strategy": strategy, "batch_prompts": batch, "steps": 1},
                     algo={"beta": beta}, optim={"max_grad_norm": 0.0},
                     model={"modality": modality})
-    cfg = write_config(tmp_path, model, shapes_dir, "one", **sections)
-    two_cfg = write_config(tmp_path, model, shapes_dir, "two", **sections)
-    e = env(MMRLVR_TRACE=str(tmp_path / "trace"), PYTHONPATH=str(HERE.parent))
-    run_within([sys.executable, str(HERE / "mp_worker.py"), str(cfg), str(tmp_path / "one.pt")],
-               limit, env=e)
-    run_within(torchrun(str(HERE / "mp_worker.py"), str(two_cfg), str(tmp_path / "two.pt")),
-               limit, env=e)
-    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
-    assert (two["world"], two["strategy"]) == (2, strategy)
-    assert torch.equal(one["rewards"], two["rewards"])
-    assert_same_update(one, two)
+    return (write_config(tmp_path, model, shapes_dir, f"{name}-one", **sections),
+            write_config(tmp_path, model, shapes_dir, f"{name}-two", **sections))
 
 
-@pytest.mark.parametrize("strategy, beta", [("ddp", 0.0), ("fsdp2", 0.04)])
-def test_a_rank_with_only_text_prompts_keeps_step_with_an_image_rank(tmp_path, tiny_vl, shapes_dir,
-                                                                    strategy, beta):
+def assert_text_rank_updates(tmp_path: Path, cases: dict[str, tuple[Path, Path]],
+                             limit: float = 180) -> None:
+    """Every case's 2-process run ends (a deadlock fails it) and makes the update one process
+    makes on all the prompts."""
+    for name, (one, two) in worker_updates(tmp_path, cases, limit).items():
+        strategy = yaml.safe_load(cases[name][1].read_text())["train"]["strategy"]
+        assert (two["world"], two["strategy"]) == (2, strategy), name
+        assert torch.equal(one["rewards"], two["rewards"]), name
+        assert_same_update(one, two, name)
+
+
+def test_a_rank_with_only_text_prompts_keeps_step_with_an_image_rank(tmp_path, tiny_vl, shapes_dir):
     """Under FSDP2 the vision tower is a sharded unit of its own, so the text-only rank runs it
     on a dummy image whose features count 0 (its all-gathers and reduce-scatters must match the
     image rank's), in the sharded reference's no-grad forwards too (`beta`); DDP finds the
     unused tower parameters itself."""
-    text_rank_update(tmp_path, tiny_vl, shapes_dir, strategy, beta, limit=120)
+    assert_text_rank_updates(tmp_path, {
+        f"{strategy}-beta{beta}": text_rank_case(tmp_path, f"{strategy}-beta{beta}", tiny_vl,
+                                                 shapes_dir, strategy, beta)
+        for strategy, beta in (("ddp", 0.0), ("fsdp2", 0.04))}, limit=120)
 
 
-@pytest.mark.parametrize("kind", ["qwen3-vl-moe", "gemma3", "internvl", "qwen3.5"])
 def test_fsdp2_on_new_families_with_a_text_only_rank_makes_one_process_update(
-        tmp_path_factory, tmp_path, shapes_dir, kind):
+        tmp_path_factory, tmp_path, shapes_dir):
     """A MoE family (its expert blocks units of their own, inside their layers; DeepStack mergers
     in the tower), tiled ones (Gemma's SigLIP tower and projector, InternVL's tower and
     projector) and Qwen3.5's hybrid (Gated DeltaNet layers beside full attention): the text-only
     rank runs their towers on the family's dummy input."""
     from mmrlvr.tiny import build_tiny
 
-    model = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
-    text_rank_update(tmp_path, model, shapes_dir, "fsdp2")
+    cases = {}
+    for kind in ("qwen3-vl-moe", "gemma3", "internvl", "qwen3.5"):
+        model = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
+        cases[kind] = text_rank_case(tmp_path, kind, model, shapes_dir, "fsdp2")
+    assert_text_rank_updates(tmp_path, cases)
 
 
-@pytest.mark.parametrize("kind, strategy", [("qwen2-audio", "fsdp2"), ("qwen2.5-omni", "ddp"),
-                                            ("qwen3-omni", "fsdp2")])
 def test_audio_families_with_a_text_only_rank_make_one_process_update(
-        tmp_path_factory, tmp_path, shapes_dir, kind, strategy):
+        tmp_path_factory, tmp_path, shapes_dir):
     """Rank 0 trains a clip's group, rank 1 a text-only prompt's: under FSDP2 the text rank runs
     the audio tower on the family's dummy clip (its collectives must match the audio rank's);
     under DDP it leaves the tower unused. Either way the update is the one process's."""
@@ -249,28 +268,35 @@ def test_audio_families_with_a_text_only_rank_make_one_process_update(
     from mmrlvr.tiny import build_tiny
     from tests.test_text_only import TEXT_ROWS
 
-    model = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
     tones = tmp_path / "tones"
     make_tones(tones, n_train=2, n_test=0, seed=0)
     clips = [json.loads(line) for line in (tones / "train.jsonl").read_text().splitlines()]
     rows = [dict(clips[0], audios=[str(tones / p) for p in clips[0]["audios"]]), TEXT_ROWS[0]]
     data = tmp_path / "audio_text.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    text_rank_update(tmp_path, model, shapes_dir, strategy, data=data, modality="audio")
+    cases = {}
+    for kind, strategy in (("qwen2-audio", "fsdp2"), ("qwen2.5-omni", "ddp"), ("qwen3-omni", "fsdp2")):
+        model = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
+        cases[f"{kind}-{strategy}"] = text_rank_case(tmp_path, f"{kind}-{strategy}", model,
+                                                     shapes_dir, strategy, data=data,
+                                                     modality="audio")
+    assert_text_rank_updates(tmp_path, cases)
 
 
-@pytest.mark.parametrize("kind", ["qwen2.5-vl", "qwen3-vl"])
 def test_fsdp2_on_video_image_and_interleaved_rows_with_a_text_only_rank(
-        tmp_path_factory, tmp_path, shapes_dir, kind):
+        tmp_path_factory, tmp_path, shapes_dir):
     """One dataset of video, image, two-image interleaved and text-only rows: rank 0's share is
     a video, an image and a two-image row, rank 1's all text; the video tower (the vision tower
     on `pixel_values_videos`) and the dummy-tower path meet in the same collectives."""
     from mmrlvr.tiny import build_tiny
     from tests.test_video import write_rank_rows
 
-    model = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
-    text_rank_update(tmp_path, model, shapes_dir, "fsdp2", data=write_rank_rows(tmp_path),
-                     batch=6)
+    data = write_rank_rows(tmp_path)
+    cases = {}
+    for kind in ("qwen2.5-vl", "qwen3-vl"):
+        model = build_tiny(kind, tmp_path_factory.mktemp(kind.replace(".", "")))
+        cases[kind] = text_rank_case(tmp_path, kind, model, shapes_dir, "fsdp2", data=data, batch=6)
+    assert_text_rank_updates(tmp_path, cases)
 
 
 def test_fsdp2_in_bf16_moves_every_fp32_master_weight_at_lr_1e_6(tmp_path, tiny_vl, shapes_dir):
@@ -309,7 +335,8 @@ def test_fsdp2_run_saves_sharded_checkpoints_and_resumes_identically(tmp_path, t
 def test_kill_9_of_one_rank_then_resume_continues_identically(tmp_path, tiny_vl, shapes_dir):
     common = dict(train={"steps": 5, "save_every": 2})
     trace = tmp_path / "trace"
-    e = env(MMRLVR_TRACE=str(trace), MMRLVR_TRACE_SLEEP="0.1")
+    e = env(MMRLVR_TRACE=str(trace))
+    slow = env(MMRLVR_TRACE=str(trace), MMRLVR_TRACE_SLEEP="0.1")   # only the run to be killed
     ref = write_config(tmp_path, tiny_vl, shapes_dir, "uninterrupted", **common)
     run_ok(torchrun(*cli("train", str(ref))), env=e)
     reference = stable(read_metrics(tmp_path / "uninterrupted" / "metrics.jsonl"))
@@ -318,7 +345,7 @@ def test_kill_9_of_one_rank_then_resume_continues_identically(tmp_path, tiny_vl,
         Path(f"{trace}.rank{rank}").unlink()
     cfg = write_config(tmp_path, tiny_vl, shapes_dir, "killed", **common)
     run = tmp_path / "killed"
-    proc = subprocess.Popen(torchrun(*cli("train", str(cfg))), env=e,
+    proc = subprocess.Popen(torchrun(*cli("train", str(cfg))), env=slow,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline:

@@ -4,7 +4,7 @@
 # paired bootstrap and McNemar against the first arm, run-level interval, Welch p and verdict).
 #
 #   bash bench/method_compare.sh [--steps 200] [--seeds "0 1 2"] [--out runs/cmp] [--threads 1] \
-#        [--check ARM=METHOD ...] [--controls] [--weaken KEY=VALUE] [--train-inactive] [--dry-run] \
+#        [--jobs 1] [--check ARM=METHOD ...] [--controls] [--weaken KEY=VALUE] [--train-inactive] [--dry-run] \
 #        plain=configs/quickstart.yaml gapo=configs/shapes_gapo_cpu.yaml ...
 #
 # An arm is NAME=CONFIG[|key=value|...]: overrides after the config switch one method off for a
@@ -20,16 +20,18 @@
 # come out worse) and a placebo (`control-placebo`: the baseline itself on other seeds, seed+1000,
 # which should show no effect).
 # Runs go to OUT/NAME-sSEED; a run that already has a summary.json is kept (so an interrupted
-# comparison resumes where it stopped). The table is printed and saved as OUT/compare.md
+# comparison resumes where it stopped), and so is a check that already has its OUT/checks/ARM.json
+# (delete it to check again). `--jobs N` trains N runs at a time (each with --threads threads);
+# each run's wall time, eval included, goes to OUT/NAME-sSEED.wall (seconds). The table is printed and saved as OUT/compare.md
 # (+ compare.json, compare.png). --dry-run prints what would run and exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=200; SEEDS="0 1 2"; OUT=runs/cmp; THREADS=1; SAMPLES=4
-CHECKS=(); CONTROLS=0; WEAKEN="optim.lr=1e-6"; TRAIN_INACTIVE=0; DRY=0
+CHECKS=(); CONTROLS=0; WEAKEN="optim.lr=1e-6"; TRAIN_INACTIVE=0; DRY=0; JOBS=1
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --steps) STEPS=$2; shift 2;; --seeds) SEEDS=$2; shift 2;; --out) OUT=$2; shift 2;;
-    --threads) THREADS=$2; shift 2;; --samples) SAMPLES=$2; shift 2;;
+    --threads) THREADS=$2; shift 2;; --samples) SAMPLES=$2; shift 2;; --jobs) JOBS=$2; shift 2;;
     --check) CHECKS+=("$2"); shift 2;; --controls) CONTROLS=1; shift;;
     --weaken) WEAKEN=$2; shift 2;; --train-inactive) TRAIN_INACTIVE=1; shift;;
     --dry-run) DRY=1; shift;;
@@ -56,9 +58,13 @@ for check in "${CHECKS[@]}"; do
   arm=${check%%=*}; method=${check#*=}; spec=$(spec_of "$arm")
   IFS="|" read -r -a parts <<< "$spec"; sets=()
   for o in "${parts[@]:1}"; do sets+=(--set "$o"); done
-  echo "== mechanism check: $arm ($method) on ${parts[0]}"
-  run $MM check-method "$method" --config "${parts[0]}" "${sets[@]}" --json "$OUT/checks/$arm.json"
   MECH+=(--mechanism "$arm=$OUT/checks/$arm.json")
+  if [[ -f $OUT/checks/$arm.json ]]; then
+    echo "== mechanism check: $arm ($method): kept $OUT/checks/$arm.json"
+  else
+    echo "== mechanism check: $arm ($method) on ${parts[0]}"
+    run $MM check-method "$method" --config "${parts[0]}" "${sets[@]}" --json "$OUT/checks/$arm.json"
+  fi
   [[ $DRY == 1 ]] && continue
   verdict=$(.venv/bin/python -c "import json,sys; print(json.load(open(sys.argv[1]))['verdict'])" \
             "$OUT/checks/$arm.json")
@@ -67,6 +73,15 @@ for check in "${CHECKS[@]}"; do
     SKIP+="$arm "
   fi
 done
+train_one() {   # DIR SEED CONFIG OVERRIDES...: one run, its log and wall time
+  local dir=$1 s=$2 cfg=$3 t0=$SECONDS; shift 3
+  $MM train "$cfg" "$@" train.seed=$s train.steps=$STEPS train.eval_every=$STEPS train.save_every=0 \
+      train.eval_samples=$SAMPLES train.out_dir=$dir --overwrite > "$dir.log" 2>&1 \
+    || { echo "   failed: see $dir.log" >&2; return 1; }
+  echo $((SECONDS - t0)) > "$dir.wall"
+  tail -1 "$dir.log"
+}
+FAILED=0
 for seed in $SEEDS; do
   for arm in "${ARMS[@]}"; do
     name=${arm%%=*}; spec=${arm#*=}; IFS="|" read -r -a parts <<< "$spec"
@@ -79,12 +94,16 @@ for seed in $SEEDS; do
       echo "+ $MM train $cfg ${overrides[*]} train.seed=$s train.steps=$STEPS train.out_dir=$dir"
       continue
     fi
-    $MM train "$cfg" "${overrides[@]}" train.seed=$s train.steps=$STEPS train.eval_every=$STEPS train.save_every=0 \
-        train.eval_samples=$SAMPLES train.out_dir=$dir --overwrite > "$OUT/$name-s$seed.log" 2>&1 \
-      || { echo "   failed: see $OUT/$name-s$seed.log" >&2; exit 1; }
-    tail -1 "$OUT/$name-s$seed.log"
+    if [[ $JOBS -le 1 ]]; then
+      train_one "$dir" "$s" "$cfg" "${overrides[@]}" || exit 1
+    else
+      train_one "$dir" "$s" "$cfg" "${overrides[@]}" &
+      while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n || FAILED=1; done
+    fi
   done
 done
+while [[ $(jobs -rp | wc -l) -gt 0 ]]; do wait -n || FAILED=1; done
+[[ $FAILED == 0 ]] || { echo "$0: a run failed (its log is named above)" >&2; exit 1; }
 ARGS=()
 for arm in "${ARMS[@]}"; do
   name=${arm%%=*}; runs=()

@@ -1,5 +1,5 @@
 """`mmrlvr check-method NAME --model DIR --data FILE`: is a method's mechanism active on this
-starting model and data (`mmrlvr.core.method_check`; docs/evidence.md, "Mechanism checks")?
+starting model and data (`mmrlvr.core.method_check`; docs/harness.md, "Mechanism checks")?
 
 The check is found by name in `METHOD_CHECKS` (each method folder registers its own); it prints
 the verdict, why, and its figures, and with `--json FILE` writes them with the inputs. The exit

@@ -1,5 +1,5 @@
 """A method's mechanism check: is the thing the method changes active on this starting model and
-data, before any run compares it (`mmrlvr check-method NAME`; docs/evidence.md, "Mechanism checks").
+data, before any run compares it (`mmrlvr check-method NAME`; docs/harness.md, "Mechanism checks").
 
 A comparison of a method against plain GRPO reads nothing about the method when its mechanism did
 nothing (NC-GRPO noise that changes no answer, a step reward no completion can earn, a vote that

@@ -23,7 +23,7 @@ Options (`algo.shaping: [{name: opdvr, teacher: PATH}]`):
 - `coef` (default null): null is the paper's form above, g_t added as it is, with no
   coefficient. A number λ adds λ·g_t instead (`coef: 0.1` was mmrlvr's earlier default, our
   choice then: GRPO advantages are about unit scale, d_t is in nats and a stronger teacher's gap
-  runs to several nats on the tokens it disagrees with; docs/evidence.md's OPDVR figure was
+  runs to several nats on the tokens it disagrees with; docs/evidence-question-level.md's OPDVR figure was
   measured with it).
 - `correct_threshold` 0.5 (our choice): a rollout is correct when its `accuracy` reward
   component, else its `overall` reward, is >= it (accuracy is 0/1).

@@ -185,7 +185,8 @@ def test_vision_robustness_and_monitor_as_a_person_uses_them(browser, vision_run
         # deadline is wide (a token took seconds on a machine at load 12); what is pinned is the
         # cause, not the time
         deadline = time.monotonic() + 120
-        while generating() and time.monotonic() < deadline:
+        # and the lock: it is freed just after the generate thread ends (the stream's close)
+        while (generating() or ctx.lock.locked()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not generating() and not ctx.lock.locked() and stopped
         slow.clear()

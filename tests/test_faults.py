@@ -32,7 +32,7 @@ from mmrlvr.train.trainer import train
 from rewards.base import RewardError
 
 REWARDS = '''
-import math, time
+import math, os, time
 def length(example, completion):
     return min(len(completion), 40) / 40.0
 def nan_some(example, completion):
@@ -51,8 +51,9 @@ def hangs_once(example, completion):
         time.sleep(3)
     return 1.0
 HUNG = []
-def slow(example, completion):
-    time.sleep(0.1)
+def slow_while_flagged(example, completion):
+    if os.path.exists(os.path.join(os.path.dirname(__file__), "slow.flag")):
+        time.sleep(0.1)
     return 1.0
 def many_parts(example, completion):
     return {"overall": 0.5, **{f"part{i:03d}": 0.5 for i in range(200)}}
@@ -181,18 +182,25 @@ def test_an_infinite_lr_never_reaches_a_checkpoint(tmp_path, tiny_vl, shapes_dir
 
 
 def test_a_second_writer_on_a_run_dir_is_refused(tmp_path, tiny_vl, shapes_dir):
-    path = config(tmp_path, tiny_vl, shapes_dir, "run", "slow", train={"steps": 4})
+    # the first run is slow only until the second has been answered (slow.flag), so it is
+    # surely still running when the second starts (4 steps at 1 s each once ended before the
+    # second's imports did, and the second then overwrote its finished dir)
+    (tmp_path / "slow.flag").touch()
+    path = config(tmp_path, tiny_vl, shapes_dir, "run", "slow_while_flagged",
+                  train={"steps": 40, "save_every": 20})
     first = subprocess.Popen([sys.executable, "-m", "mmrlvr.cli", "train", str(path)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and not read_metrics(tmp_path / "run" / "metrics.jsonl"):
         time.sleep(0.05)
     second = cli("train", str(path), "--overwrite")
+    assert first.poll() is None, "the first run ended before the second started"
+    (tmp_path / "slow.flag").unlink()
     first.wait(timeout=300)
     assert second.returncode == 2 and "is in use by pid" in second.stderr, second.stderr[-1500:]
     assert first.returncode == 0
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]           # one run's metrics, untouched
+    assert [r["step"] for r in rows] == list(range(1, 41))    # one run's metrics, untouched
 
 
 def test_a_fresh_run_into_an_old_run_dir_needs_overwrite_and_resume_checks_the_model(

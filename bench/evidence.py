@@ -4,6 +4,7 @@
     python bench/evidence.py --write              # only write the page, from the runs already there
     python bench/evidence.py --only shapes --jobs 2
     python bench/evidence.py --dry-run            # the commands it would run
+    python bench/evidence.py --checks-only        # every mechanism check, no training
 
 A study is one task, one warm start, one baseline and the methods compared against it. Each is
 one `bench/method_compare.sh` call into runs/evidence/STUDY with `--controls` (a positive control
@@ -160,10 +161,11 @@ def sh(command: list[str], dry: bool) -> None:
         subprocess.run(command, cwd=ROOT, check=True)
 
 
-def run_study(study: Study, seeds: str, jobs: int, dry: bool, methods: list[str] | None) -> None:
+def run_study(study: Study, seeds: str, jobs: int, dry: bool, methods: list[str] | None,
+              train: bool = True) -> None:
     """Its data and warm start if missing, every method's mechanism check (also for the methods
-    not trained in this call, so that every row of the page shows its check), then the harness
-    on the baseline, the controls and the chosen methods."""
+    not trained in this call, so that every row of the page shows its check), then (`train`)
+    the harness on the baseline, the controls and the chosen methods."""
     for made, command in study.prepare:
         if not (ROOT / made).exists():
             sh(shlex.split(command), dry)
@@ -175,6 +177,8 @@ def run_study(study: Study, seeds: str, jobs: int, dry: bool, methods: list[str]
             sh([MM, "check-method", m.check, "--config", config,
                 *(a for o in overrides for a in ("--set", o)), "--json", str(checks / f"{m.name}.json")],
                dry)
+    if not train:
+        return
     command = compare_command(study, seeds, jobs, methods, dry)
     print("+ " + shlex.join(command), flush=True)
     subprocess.run(command, cwd=ROOT, check=not dry)     # --dry-run: it prints, trains nothing
@@ -311,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
                          "every method is still checked and on the page")
     ap.add_argument("--seeds", default=SEEDS, help=f"seeds per arm (default {SEEDS!r})")
     ap.add_argument("--jobs", type=int, default=1, help="runs trained at a time, one thread each")
+    ap.add_argument("--checks-only", action="store_true",
+                    help="prepare and run the mechanism checks that are missing, train nothing, "
+                         "then write the page")
     ap.add_argument("--write", action="store_true", help="only write the page from finished runs")
     ap.add_argument("--dry-run", action="store_true", help="print what would run; write nothing")
     ap.add_argument("--page", type=Path, default=PAGE, help=f"the page (default {PAGE})")
@@ -318,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write:
         for study in STUDIES:
             if not args.only or study.name in args.only:
-                run_study(study, args.seeds, args.jobs, args.dry_run, args.methods)
+                run_study(study, args.seeds, args.jobs, args.dry_run, args.methods,
+                          train=not args.checks_only)
     if not args.dry_run:
         write_page([int(s) for s in args.seeds.split()], ROOT / args.page)
     return 0

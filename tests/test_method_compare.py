@@ -89,3 +89,23 @@ def test_checks_come_first_and_the_controls_are_compared(tmp_path, tiny_vl, shap
                 f"{run['verdict']} |") in page
     assert f"Wall time of its runs: {sum(walls.values()) / 60:.0f} min" in page
     assert table.split("\n")[3] in page                          # the harness's own table row
+
+
+def test_evidence_checks_only_prepares_and_checks_but_trains_nothing(tmp_path, monkeypatch,
+                                                                     capsys):
+    evidence = _evidence_module(monkeypatch)
+    made = tmp_path / "made.txt"
+    study = evidence.Study("cmp", "a tiny study", 1, "base.yaml", (
+        evidence.Method("noise", "noise.yaml|rollout.branching.alpha=1.0", "noise helps", "ncgrpo"),
+        evidence.Method("later", "later.yaml", "not trained yet")),
+        ((str(made), f"touch {made}"),))
+    monkeypatch.setattr(evidence, "OUT", tmp_path / "evidence")
+    monkeypatch.setattr(evidence, "STUDIES", (study,))
+    evidence.main(["--checks-only", "--dry-run"])
+    printed = capsys.readouterr().out
+    assert f"+ touch {made}" in printed                        # the missing warm start, first
+    assert ("check-method ncgrpo --config noise.yaml --set rollout.branching.alpha=1.0 --json "
+            f"{tmp_path / 'evidence' / 'cmp' / 'checks' / 'noise.json'}") in printed
+    assert "method_compare.sh" not in printed                  # and no arm trains
+    evidence.main(["--dry-run"])
+    assert "bench/method_compare.sh --steps 1" in capsys.readouterr().out
